@@ -1,0 +1,123 @@
+/* Indirect GEMM: runtime ISA dispatch, B packing and the portable C path.
+ * The layout and the math are documented in gemm.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_internal.h"
+#include "templating.h"
+
+/* ---------------------------------------------------------------- dispatch */
+
+/* -1 = not resolved yet. Resolution is idempotent (env + cpuid), so a race
+ * between threads is benign: they all compute and store the same value. */
+static int fd_gemm_isa_state = -1;
+
+#if defined(__GNUC__) || defined(__clang__)
+static int isa_load(void) { return __atomic_load_n(&fd_gemm_isa_state, __ATOMIC_ACQUIRE); }
+static void isa_store(int isa) { __atomic_store_n(&fd_gemm_isa_state, isa, __ATOMIC_RELEASE); }
+#else
+static int isa_load(void) { return *(volatile int *)&fd_gemm_isa_state; }
+static void isa_store(int isa) { *(volatile int *)&fd_gemm_isa_state = isa; }
+#endif
+
+const char *fd_gemm_isa_name(int isa) {
+    switch (isa) {
+    case FD_ISA_PORTABLE: return "portable";
+    case FD_ISA_AVX2: return "avx2";
+    case FD_ISA_AVX512: return "avx512";
+    default: return "unknown";
+    }
+}
+
+int fd_gemm_isa_supported(int isa) {
+    switch (isa) {
+    case FD_ISA_PORTABLE: return 1;
+    case FD_ISA_AVX2: return fd_gemm_avx2_available();
+    case FD_ISA_AVX512: return fd_gemm_avx512_available();
+    default: return 0;
+    }
+}
+
+static int best_supported_isa(void) {
+    if (fd_gemm_isa_supported(FD_ISA_AVX512)) return FD_ISA_AVX512;
+    if (fd_gemm_isa_supported(FD_ISA_AVX2)) return FD_ISA_AVX2;
+    return FD_ISA_PORTABLE;
+}
+
+static int resolve_isa(void) {
+    const char *requested = getenv("FASTDECONV_ISA");
+    if (requested != NULL) {
+        int isa;
+        for (isa = FD_ISA_PORTABLE; isa <= FD_ISA_AVX512; isa++)
+            if (strcmp(requested, fd_gemm_isa_name(isa)) == 0 && fd_gemm_isa_supported(isa)) return isa;
+    }
+    return best_supported_isa();
+}
+
+int fd_gemm_get_isa(void) {
+    int isa = isa_load();
+    if (isa < 0) {
+        isa = resolve_isa();
+        isa_store(isa);
+    }
+    return isa;
+}
+
+int fd_gemm_set_isa(int isa) {
+    if (!fd_gemm_isa_supported(isa)) return -1;
+    isa_store(isa);
+    return 0;
+}
+
+void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                       const float *packed_b, const float *bias, float *const *c_rows, int accumulate) {
+    if (M == 0 || N == 0) return;
+    switch (fd_gemm_get_isa()) {
+    case FD_ISA_AVX512: fd_sgemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    case FD_ISA_AVX2: fd_sgemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    default: fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    }
+}
+
+void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                       const double *packed_b, const double *bias, double *const *c_rows, int accumulate) {
+    if (M == 0 || N == 0) return;
+    switch (fd_gemm_get_isa()) {
+    case FD_ISA_AVX512: fd_dgemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    case FD_ISA_AVX2: fd_dgemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    default: fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate); break;
+    }
+}
+
+/* ------------------------------------------------- packing + portable path */
+
+/* Portable register tile: PORTABLE_MR rows x PORTABLE_NR columns of plain C
+ * arrays, sized so the accumulators fit the 16 SSE2 registers (8 xmm for acc,
+ * the rest for B and the broadcast) and the compiler vectorises the column loop. */
+#define FD_REAL float
+#define FD_PREFIX s
+#define FD_PANEL FD_SPANEL
+#define FD_GRANULE FD_SGRANULE
+#define FD_PORTABLE_MR 4
+#define FD_PORTABLE_NR 8
+#include "gemm_portable.template.c"
+#undef FD_REAL
+#undef FD_PREFIX
+#undef FD_PANEL
+#undef FD_GRANULE
+#undef FD_PORTABLE_MR
+#undef FD_PORTABLE_NR
+
+#define FD_REAL double
+#define FD_PREFIX d
+#define FD_PANEL FD_DPANEL
+#define FD_GRANULE FD_DGRANULE
+#define FD_PORTABLE_MR 4
+#define FD_PORTABLE_NR 4
+#include "gemm_portable.template.c"
+#undef FD_REAL
+#undef FD_PREFIX
+#undef FD_PANEL
+#undef FD_GRANULE
+#undef FD_PORTABLE_MR
+#undef FD_PORTABLE_NR

@@ -1,0 +1,99 @@
+/* AVX2+FMA indirect GEMM kernels (float: 6x16 tiles, double: 6x8 tiles; a packed
+ * panel of 32 floats / 16 doubles is processed as two tiles side by side).
+ * Compiled with baseline flags: only these functions carry the AVX2 target
+ * attribute, and fd_gemm_avx2_available() gates them at run time. */
+#include "gemm_internal.h"
+
+#if FD_GEMM_X86_SIMD
+#include <immintrin.h>
+
+#include "templating.h"
+
+#define FD_TARGET __attribute__((target("avx2,fma")))
+#define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx2)
+
+int fd_gemm_avx2_available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+}
+
+/* Lane masks for the first n lanes (maskload/maskstore never touch the others). */
+static inline FD_TARGET __m256i fd_avx2_mask32(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+
+/* ---- float: 8 lanes */
+#define FD_REAL float
+#define FD_PREFIX s
+#define FD_PANEL FD_SPANEL
+#define FD_GRANULE FD_SGRANULE
+#define FD_VEC __m256
+#define FD_LANES 8
+#define FD_VZERO() _mm256_setzero_ps()
+#define FD_VLOADU(p) _mm256_loadu_ps(p)
+#define FD_VSTOREU(p, v) _mm256_storeu_ps((p), (v))
+#define FD_VBCAST(p) _mm256_broadcast_ss(p)
+#define FD_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define FD_VLOAD_PART(p, n) _mm256_maskload_ps((p), fd_avx2_mask32(n))
+#define FD_VSTORE_PART(p, v, n) _mm256_maskstore_ps((p), fd_avx2_mask32(n), (v))
+#define FD_WIDE_MR 6
+#define FD_WIDE_NV 2
+#define FD_NARROW_MR 6
+#define FD_NARROW_NV 2
+#include "gemm_simd.template.c"
+#undef FD_REAL
+#undef FD_PREFIX
+#undef FD_PANEL
+#undef FD_GRANULE
+#undef FD_VEC
+#undef FD_LANES
+#undef FD_VZERO
+#undef FD_VLOADU
+#undef FD_VSTOREU
+#undef FD_VBCAST
+#undef FD_VFMA
+#undef FD_VLOAD_PART
+#undef FD_VSTORE_PART
+#undef FD_WIDE_MR
+#undef FD_WIDE_NV
+#undef FD_NARROW_MR
+#undef FD_NARROW_NV
+
+/* ---- double: 4 lanes */
+#define FD_REAL double
+#define FD_PREFIX d
+#define FD_PANEL FD_DPANEL
+#define FD_GRANULE FD_DGRANULE
+#define FD_VEC __m256d
+#define FD_LANES 4
+#define FD_VZERO() _mm256_setzero_pd()
+#define FD_VLOADU(p) _mm256_loadu_pd(p)
+#define FD_VSTOREU(p, v) _mm256_storeu_pd((p), (v))
+#define FD_VBCAST(p) _mm256_broadcast_sd(p)
+#define FD_VFMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
+#define FD_VLOAD_PART(p, n) _mm256_maskload_pd((p), fd_avx2_mask64(n))
+#define FD_VSTORE_PART(p, v, n) _mm256_maskstore_pd((p), fd_avx2_mask64(n), (v))
+#define FD_WIDE_MR 6
+#define FD_WIDE_NV 2
+#define FD_NARROW_MR 6
+#define FD_NARROW_NV 2
+#include "gemm_simd.template.c"
+
+#else /* no x86 SIMD in this build */
+
+int fd_gemm_avx2_available(void) { return 0; }
+
+void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                            const float *packed_b, const float *bias, float *const *c_rows, int accumulate) {
+    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+}
+
+void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                            const double *packed_b, const double *bias, double *const *c_rows, int accumulate) {
+    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* AVX-512 indirect GEMM kernels (float: 12x32 / 16 tiles, double: 12x16 / 8 tiles).
+ * Compiled with baseline flags: only these functions carry the AVX-512 target
+ * attribute, and fd_gemm_avx512_available() gates them at run time. */
+#include "gemm_internal.h"
+
+#if FD_GEMM_X86_SIMD
+#include <immintrin.h>
+
+#include "templating.h"
+
+#define FD_TARGET __attribute__((target("avx512f,fma")))
+#define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx512)
+
+int fd_gemm_avx512_available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+}
+
+/* ---- float: 16 lanes */
+#define FD_REAL float
+#define FD_PREFIX s
+#define FD_PANEL FD_SPANEL
+#define FD_GRANULE FD_SGRANULE
+#define FD_VEC __m512
+#define FD_LANES 16
+#define FD_VZERO() _mm512_setzero_ps()
+#define FD_VLOADU(p) _mm512_loadu_ps(p)
+#define FD_VSTOREU(p, v) _mm512_storeu_ps((p), (v))
+#define FD_VBCAST(p) _mm512_set1_ps(*(p))
+#define FD_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
+#define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
+#define FD_WIDE_MR 12
+#define FD_WIDE_NV 2
+#define FD_NARROW_MR 12
+#define FD_NARROW_NV 1
+#include "gemm_simd.template.c"
+#undef FD_REAL
+#undef FD_PREFIX
+#undef FD_PANEL
+#undef FD_GRANULE
+#undef FD_VEC
+#undef FD_LANES
+#undef FD_VZERO
+#undef FD_VLOADU
+#undef FD_VSTOREU
+#undef FD_VBCAST
+#undef FD_VFMA
+#undef FD_VLOAD_PART
+#undef FD_VSTORE_PART
+#undef FD_WIDE_MR
+#undef FD_WIDE_NV
+#undef FD_NARROW_MR
+#undef FD_NARROW_NV
+
+/* ---- double: 8 lanes */
+#define FD_REAL double
+#define FD_PREFIX d
+#define FD_PANEL FD_DPANEL
+#define FD_GRANULE FD_DGRANULE
+#define FD_VEC __m512d
+#define FD_LANES 8
+#define FD_VZERO() _mm512_setzero_pd()
+#define FD_VLOADU(p) _mm512_loadu_pd(p)
+#define FD_VSTOREU(p, v) _mm512_storeu_pd((p), (v))
+#define FD_VBCAST(p) _mm512_set1_pd(*(p))
+#define FD_VFMA(a, b, c) _mm512_fmadd_pd((a), (b), (c))
+#define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1u), (p))
+#define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1u), (v))
+#define FD_WIDE_MR 12
+#define FD_WIDE_NV 2
+#define FD_NARROW_MR 12
+#define FD_NARROW_NV 1
+#include "gemm_simd.template.c"
+
+#else /* no x86 SIMD in this build */
+
+int fd_gemm_avx512_available(void) { return 0; }
+
+void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                              const float *packed_b, const float *bias, float *const *c_rows, int accumulate) {
+    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+}
+
+void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                              const double *packed_b, const double *bias, double *const *c_rows,
+                              int accumulate) {
+    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+}
+
+#endif

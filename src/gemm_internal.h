@@ -1,0 +1,61 @@
+/* Internal glue between gemm.c (dispatch, packing, portable path) and the
+ * per-ISA files gemm_avx2.c / gemm_avx512.c. Not part of the public API. */
+#ifndef FASTDECONV_GEMM_INTERNAL_H
+#define FASTDECONV_GEMM_INTERNAL_H
+
+#include "gemm.h"
+
+/* x86-64 GCC/clang can compile AVX2/AVX-512 functions with per-function
+ * target attributes while the rest of the build stays at the baseline ISA.
+ * Elsewhere (arm64, MSVC, ...) the SIMD files compile to "unsupported" stubs. */
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(FD_GEMM_NO_SIMD)
+#define FD_GEMM_X86_SIMD 1
+#else
+#define FD_GEMM_X86_SIMD 0
+#endif
+
+/* Packed-B geometry, shared by every ISA (see gemm.h): panels of
+ * FD_?PANEL columns; the last panel is only rounded up to FD_?GRANULE. */
+#define FD_SPANEL 32
+#define FD_SGRANULE 16
+#define FD_DPANEL 16
+#define FD_DGRANULE 8
+
+/* Width of the panel starting at column n0 (n0 a multiple of the panel width). */
+static inline size_t fd_gemm_panel_width(size_t N, size_t n0, size_t panel, size_t granule) {
+    size_t rest = N - n0;
+    if (rest >= panel) return panel;
+    return (rest + granule - 1) / granule * granule;
+}
+
+/* Per-ISA entry points; same contract as fd_?gemm_indirect. */
+typedef void (*fd_sgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                                     const float *packed_b, const float *bias, float *const *c_rows,
+                                     int accumulate);
+typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                                     const double *packed_b, const double *bias, double *const *c_rows,
+                                     int accumulate);
+
+void fd_sgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                                const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+void fd_dgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                                const double *packed_b, const double *bias, double *const *c_rows,
+                                int accumulate);
+
+/* Each returns 1 if compiled in and the CPU/OS can run it. */
+int fd_gemm_avx2_available(void);
+int fd_gemm_avx512_available(void);
+
+/* Defined as stubs (never called) when the ISA is not compiled in. */
+void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                            const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                            const double *packed_b, const double *bias, double *const *c_rows, int accumulate);
+void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
+                              const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
+                              const double *packed_b, const double *bias, double *const *c_rows,
+                              int accumulate);
+
+#endif

@@ -1,0 +1,77 @@
+/* Packing and the portable (plain C) indirect GEMM, included by gemm.c once per
+ * type with FD_REAL, FD_PREFIX, FD_PANEL, FD_GRANULE, FD_PORTABLE_MR/NR defined. */
+#ifndef FD_REAL
+#error "FD_REAL must be defined"
+#endif
+
+size_t FD_FN(gemm_packed_size)(size_t K, size_t N) {
+    return K * ((N + FD_GRANULE - 1) / FD_GRANULE * FD_GRANULE);
+}
+
+void FD_FN(gemm_pack_b)(size_t K, size_t N, const FD_REAL *b, ptrdiff_t stride_k, ptrdiff_t stride_n,
+                        FD_REAL *packed) {
+    size_t n0, k, j;
+    for (n0 = 0; n0 < N; n0 += FD_PANEL) {
+        const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
+        const size_t valid = N - n0 < width ? N - n0 : width;
+        FD_REAL *panel = packed + K * n0;
+        for (k = 0; k < K; k++) {
+            const FD_REAL *src = b + (ptrdiff_t)k * stride_k + (ptrdiff_t)n0 * stride_n;
+            FD_REAL *dst = panel + k * width;
+            for (j = 0; j < valid; j++) dst[j] = src[(ptrdiff_t)j * stride_n];
+            for (; j < width; j++) dst[j] = (FD_REAL)0;
+        }
+    }
+}
+
+/* One tile: rows [0, mr) of a_rows/c_rows, columns [n, n + nc) of C, whose B
+ * columns start at b (row k of the panel at b + k*b_stride). */
+static void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+                                      const FD_REAL *b, size_t b_stride, const FD_REAL *bias, size_t n,
+                                      FD_REAL *const *c_rows, int accumulate) {
+    FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR];
+    size_t i, j, t, k;
+    for (i = 0; i < FD_PORTABLE_MR; i++)
+        for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] = (FD_REAL)0;
+
+    for (t = 0; t < T; t++) {
+        /* Rows past mr repeat the last valid row (results discarded), so the
+         * inner loop has a fixed shape the compiler can keep in registers. */
+        const FD_REAL *a[FD_PORTABLE_MR];
+        const FD_REAL *FD_RESTRICT bk = b + t * Kc * b_stride;
+        for (i = 0; i < FD_PORTABLE_MR; i++) a[i] = a_rows[(i < mr ? i : mr - 1) * T + t];
+        for (k = 0; k < Kc; k++, bk += b_stride) {
+            for (i = 0; i < FD_PORTABLE_MR; i++) {
+                const FD_REAL ai = a[i][k];
+                for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] += ai * bk[j];
+            }
+        }
+    }
+
+    for (i = 0; i < mr; i++) {
+        FD_REAL *FD_RESTRICT c = c_rows[i] + n;
+        for (j = 0; j < nc; j++) {
+            const FD_REAL init = accumulate ? c[j] : (bias ? bias[n + j] : (FD_REAL)0);
+            c[j] = init + acc[i][j];
+        }
+    }
+}
+
+void FD_FN(gemm_indirect_portable)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+                                   const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
+                                   int accumulate) {
+    const size_t K = T * Kc;
+    size_t n0, m0, j;
+    for (n0 = 0; n0 < N; n0 += FD_PANEL) {
+        const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
+        const FD_REAL *panel = packed_b + K * n0;
+        for (m0 = 0; m0 < M; m0 += FD_PORTABLE_MR) {
+            const size_t mr = M - m0 < FD_PORTABLE_MR ? M - m0 : FD_PORTABLE_MR;
+            for (j = 0; j < width && n0 + j < N; j += FD_PORTABLE_NR) {
+                const size_t nc = N - n0 - j < FD_PORTABLE_NR ? N - n0 - j : FD_PORTABLE_NR;
+                FD_FN(gemm_portable_tile)(mr, nc, T, Kc, a_rows + m0 * T, panel + j, width, bias, n0 + j,
+                                          c_rows + m0, accumulate);
+            }
+        }
+    }
+}

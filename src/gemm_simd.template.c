@@ -1,0 +1,135 @@
+/* SIMD indirect GEMM (XNNPACK-style igemm), included once per (ISA, type) by
+ * gemm_avx2.c / gemm_avx512.c. The includer defines:
+ *   FD_REAL, FD_PREFIX, FD_PANEL, FD_GRANULE   type and packed layout
+ *   FD_SIMD_FN(name)     name mangling, e.g. fd_sgemm_indirect_avx512
+ *   FD_TARGET            __attribute__((target(...)))
+ *   FD_VEC, FD_LANES     vector type and its element count
+ *   FD_VZERO() FD_VLOADU(p) FD_VSTOREU(p, v) FD_VBCAST(p) FD_VFMA(a, b, c) (= a*b + c)
+ *   FD_VLOAD_PART(p, n) FD_VSTORE_PART(p, v, n)   first n < FD_LANES lanes only
+ *   FD_WIDE_MR x FD_WIDE_NV     tile (rows x vectors) for full panels
+ *   FD_NARROW_MR x FD_NARROW_NV tile for panels narrower than the wide tile
+ * Both tile widths (NV*LANES) must divide the panel widths they are used on. */
+#ifndef FD_REAL
+#error "FD_REAL must be defined"
+#endif
+
+#define FD_TILE_MAX_MR (FD_WIDE_MR > FD_NARROW_MR ? FD_WIDE_MR : FD_NARROW_MR)
+#define FD_TILE_MAX_NV (FD_WIDE_NV > FD_NARROW_NV ? FD_WIDE_NV : FD_NARROW_NV)
+
+/* One MR x (NV*LANES) tile of C: rows [0, mr) of a_rows (T pointers per row) and
+ * c_rows, C columns [n, n + nc). b points at the tile's first column inside its
+ * packed panel; row k of the panel is b + k*b_stride. MR and NV are compile-time
+ * constants after inlining, so acc[][] lives in registers. */
+static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
+    const int MR, const int NV, size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+    const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows, size_t n, int accumulate) {
+    FD_VEC acc[FD_TILE_MAX_MR][FD_TILE_MAX_NV];
+    FD_REAL *c[FD_TILE_MAX_MR];
+    const int full = nc >= (size_t)(NV * FD_LANES);
+    int i, v;
+    size_t t, k;
+
+    /* Rows past mr repeat row mr-1: same inputs, same result, same address, so
+     * the duplicated stores are harmless and the loop keeps its fixed shape. */
+#pragma GCC unroll 32
+    for (i = 0; i < MR; i++) c[i] = c_rows[(size_t)i < mr ? (size_t)i : mr - 1] + n;
+
+    if (accumulate) {
+#pragma GCC unroll 32
+        for (i = 0; i < MR; i++)
+#pragma GCC unroll 4
+            for (v = 0; v < NV; v++) {
+                const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
+                acc[i][v] = full || left >= FD_LANES ? FD_VLOADU(c[i] + v * FD_LANES)
+                            : left > 0              ? FD_VLOAD_PART(c[i] + v * FD_LANES, (int)left)
+                                                    : FD_VZERO();
+            }
+    } else {
+#pragma GCC unroll 4
+        for (v = 0; v < NV; v++) {
+            const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
+            FD_VEC init = FD_VZERO();
+            if (bias != NULL)
+                init = full || left >= FD_LANES ? FD_VLOADU(bias + n + v * FD_LANES)
+                       : left > 0              ? FD_VLOAD_PART(bias + n + v * FD_LANES, (int)left)
+                                               : FD_VZERO();
+#pragma GCC unroll 32
+            for (i = 0; i < MR; i++) acc[i][v] = init;
+        }
+    }
+
+    for (t = 0; t < T; t++) {
+        const FD_REAL *a[FD_TILE_MAX_MR];
+        const FD_REAL *bk = b + t * Kc * b_stride;
+#pragma GCC unroll 32
+        for (i = 0; i < MR; i++) a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
+        for (k = 0; k < Kc; k++) {
+            FD_VEC bv[FD_TILE_MAX_NV];
+#pragma GCC unroll 4
+            for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
+            bk += b_stride;
+#pragma GCC unroll 32
+            for (i = 0; i < MR; i++) {
+                const FD_VEC ai = FD_VBCAST(a[i] + k);
+#pragma GCC unroll 4
+                for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
+            }
+        }
+    }
+
+    /* Store bottom-up so that, for clamped duplicate rows, row mr-1 is the last write. */
+#pragma GCC unroll 32
+    for (i = MR - 1; i >= 0; i--)
+#pragma GCC unroll 4
+        for (v = 0; v < NV; v++) {
+            const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
+            if (full || left >= FD_LANES)
+                FD_VSTOREU(c[i] + v * FD_LANES, acc[i][v]);
+            else if (left > 0)
+                FD_VSTORE_PART(c[i] + v * FD_LANES, acc[i][v], (int)left);
+        }
+}
+
+static FD_TARGET void FD_SIMD_FN(tile_wide)(size_t mr, size_t nc, size_t T, size_t Kc,
+                                            const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride,
+                                            const FD_REAL *bias, FD_REAL *const *c_rows, size_t n, int accumulate) {
+    FD_SIMD_FN(tile)(FD_WIDE_MR, FD_WIDE_NV, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);
+}
+
+static FD_TARGET void FD_SIMD_FN(tile_narrow)(size_t mr, size_t nc, size_t T, size_t Kc,
+                                              const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride,
+                                              const FD_REAL *bias, FD_REAL *const *c_rows, size_t n,
+                                              int accumulate) {
+    FD_SIMD_FN(tile)(FD_NARROW_MR, FD_NARROW_NV, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);
+}
+
+FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+                                         const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
+                                         int accumulate) {
+    const size_t K = T * Kc;
+    const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
+    size_t n0, m0, j;
+    for (n0 = 0; n0 < N; n0 += FD_PANEL) {
+        const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
+        const size_t valid = N - n0 < width ? N - n0 : width;
+        const FD_REAL *panel = packed_b + K * n0;
+        if (width >= wide) {
+            for (m0 = 0; m0 < M; m0 += FD_WIDE_MR) {
+                const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
+                for (j = 0; j < valid; j += wide)
+                    FD_SIMD_FN(tile_wide)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                          c_rows + m0, n0 + j, accumulate);
+            }
+        } else {
+            for (m0 = 0; m0 < M; m0 += FD_NARROW_MR) {
+                const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
+                for (j = 0; j < valid; j += narrow)
+                    FD_SIMD_FN(tile_narrow)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                            c_rows + m0, n0 + j, accumulate);
+            }
+        }
+    }
+}
+
+#undef FD_TILE_MAX_MR
+#undef FD_TILE_MAX_NV

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Build and run the standalone GEMM test (tests/c/test_gemm.c) with baseline flags.
+#   tests/c/build.sh            full test, then the quick set under valgrind (if installed)
+#   tests/c/build.sh bench [isa|all] [reps]   benchmark build (-O3, like the package build)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${BUILD_DIR:-$root/build/tests_c}
+mkdir -p "$out"
+CC=${CC:-gcc}
+sources="$root/src/gemm.c $root/src/gemm_avx2.c $root/src/gemm_avx512.c $here/test_gemm.c"
+
+if [ "${1:-}" = bench ]; then
+    shift
+    $CC -O3 -std=c99 -Wall -Wextra -I"$root/src" $sources -o "$out/bench_gemm" -lm
+    exec "$out/bench_gemm" bench "$@"
+fi
+
+$CC -O2 -g -std=c99 -Wall -Wextra -I"$root/src" $sources -o "$out/test_gemm" -lm
+"$out/test_gemm"
+if command -v valgrind >/dev/null 2>&1; then
+    valgrind -q --error-exitcode=1 "$out/test_gemm" quick
+else
+    echo "valgrind not installed: skipped the memory check"
+fi

@@ -1,0 +1,270 @@
+/* Standalone test + benchmark for the indirect GEMM in src/gemm.c.
+ *   test_gemm            full correctness sweep over every supported ISA, float and double
+ *   test_gemm quick      small sweep (for valgrind)
+ *   test_gemm bench [isa|all] [reps]   GFLOP/s for the deconvolution shapes (a)-(g)
+ * Exit status is non-zero on any mismatch. */
+#define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0; }
+static size_t rng_below(size_t n) { return (size_t)(rng_next() % n); }
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int failures = 0;
+static const size_t C_GUARD = 8; /* sentinel elements after each C row */
+#define SENTINEL 12345.0
+
+/* ------------------------------------------------------------ correctness */
+/* Each distinct A row is its own exact-size allocation so valgrind/ASan catch
+ * any read past a_rows[i][Kc-1]; about 1/5 of the taps point at one shared zero row. */
+#define DEFINE_CHECK(REAL, P, TOL)                                                                               \
+    static void check_##P(size_t M, size_t N, size_t T, size_t Kc, int mode, int transposed_b) {               \
+        const size_t K = T * Kc, rows = M * T;                                                                 \
+        REAL *b = xmalloc(K * N * sizeof(REAL));                                                               \
+        REAL *packed = xmalloc(fd_##P##gemm_packed_size(K, N) * sizeof(REAL));                                  \
+        REAL *zero_row = xmalloc(Kc * sizeof(REAL));                                                           \
+        REAL **a_store = xmalloc(rows * sizeof(REAL *));                                                       \
+        const REAL **a_rows = xmalloc(rows * sizeof(REAL *));                                                  \
+        REAL **c_rows = xmalloc((M ? M : 1) * sizeof(REAL *));                                                 \
+        REAL *bias = xmalloc(N * sizeof(REAL));                                                                \
+        double *ref = xmalloc(M * N * sizeof(double) + 1);                                                     \
+        double *scale = xmalloc(M * N * sizeof(double) + 1);                                                   \
+        size_t i, k, m, n, t;                                                                                  \
+        const ptrdiff_t sk = transposed_b ? 1 : (ptrdiff_t)N, sn = transposed_b ? (ptrdiff_t)K : 1;             \
+        for (k = 0; k < K; k++)                                                                                \
+            for (n = 0; n < N; n++) b[k * sk + n * sn] = (REAL)rng_uniform();                                  \
+        fd_##P##gemm_pack_b(K, N, b, sk, sn, packed);                                                          \
+        for (k = 0; k < Kc; k++) zero_row[k] = 0;                                                              \
+        for (n = 0; n < N; n++) bias[n] = (REAL)rng_uniform();                                                 \
+        for (i = 0; i < rows; i++) {                                                                           \
+            a_store[i] = NULL;                                                                                 \
+            if (rng_below(5) == 0) {                                                                           \
+                a_rows[i] = zero_row;                                                                          \
+            } else if (i > 0 && rng_below(6) == 0) {                                                           \
+                a_rows[i] = a_rows[rng_below(i)]; /* alias an earlier row */                                   \
+            } else {                                                                                           \
+                a_store[i] = xmalloc(Kc * sizeof(REAL));                                                       \
+                for (k = 0; k < Kc; k++) a_store[i][k] = (REAL)rng_uniform();                                  \
+                a_rows[i] = a_store[i];                                                                        \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (m = 0; m < M; m++) {                                                                              \
+            c_rows[m] = xmalloc((N + C_GUARD) * sizeof(REAL));                                                 \
+            for (n = 0; n < N + C_GUARD; n++) c_rows[m][n] = (REAL)(n < N ? rng_uniform() : SENTINEL);         \
+        }                                                                                                      \
+        /* mode 0: zero init, 1: bias, 2: accumulate (bias must be ignored) */                                 \
+        for (m = 0; m < M; m++)                                                                                \
+            for (n = 0; n < N; n++) {                                                                          \
+                double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
+                double mag = fabs(acc);                                                                        \
+                for (t = 0; t < T; t++)                                                                        \
+                    for (k = 0; k < Kc; k++) {                                                                 \
+                        double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * sk + n * sn];    \
+                        acc += prod;                                                                           \
+                        mag += fabs(prod);                                                                     \
+                    }                                                                                          \
+                ref[m * N + n] = acc;                                                                          \
+                scale[m * N + n] = mag;                                                                        \
+            }                                                                                                  \
+        fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, mode == 2);        \
+        for (m = 0; m < M; m++) {                                                                              \
+            for (n = 0; n < N + C_GUARD; n++) {                                                                \
+                const double got = c_rows[m][n];                                                               \
+                const int bad = n < N ? !(fabs(got - ref[m * N + n]) <= TOL * (scale[m * N + n] + 1e-30))      \
+                                      : got != SENTINEL;                                                       \
+                if (bad) {                                                                                     \
+                    if (failures < 20)                                                                         \
+                        fprintf(stderr,                                                                        \
+                                "FAIL %s " #P " M=%zu N=%zu T=%zu Kc=%zu mode=%d bT=%d at (%zu,%zu): "         \
+                                "got %.9g want %.9g\n",                                                        \
+                                fd_gemm_isa_name(fd_gemm_get_isa()), M, N, T, Kc, mode, transposed_b, m, n,   \
+                                got, n < N ? ref[m * N + n] : SENTINEL);                                       \
+                    failures++;                                                                                \
+                    m = M;                                                                                     \
+                    break;                                                                                     \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (i = 0; i < rows; i++) free(a_store[i]);                                                           \
+        for (m = 0; m < M; m++) free(c_rows[m]);                                                               \
+        free(b); free(packed); free(zero_row); free(a_store); free(a_rows); free(c_rows);                      \
+        free(bias); free(ref); free(scale);                                                                    \
+    }
+
+DEFINE_CHECK(float, s, 2e-6)
+DEFINE_CHECK(double, d, 1e-14)
+
+static void run_sweep(int quick) {
+    static const size_t dims[] = {1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 65};
+    static const size_t big_n[] = {48, 96, 100, 128, 255, 512};
+    const size_t ndims = sizeof dims / sizeof dims[0];
+    const int count = quick ? 60 : 700;
+    int isa, c;
+    for (isa = FD_ISA_PORTABLE; isa <= FD_ISA_AVX512; isa++) {
+        if (!fd_gemm_isa_supported(isa)) {
+            printf("  %-8s not supported here, skipped\n", fd_gemm_isa_name(isa));
+            continue;
+        }
+        if (fd_gemm_set_isa(isa) != 0 || fd_gemm_get_isa() != isa) {
+            fprintf(stderr, "FAIL could not select %s\n", fd_gemm_isa_name(isa));
+            failures++;
+            continue;
+        }
+        const int before = failures;
+        /* M == 0 / N == 0 are no-ops even with NULL pointers. */
+        fd_sgemm_indirect(0, 5, 1, 1, NULL, NULL, NULL, NULL, 0);
+        fd_dgemm_indirect(3, 0, 1, 1, NULL, NULL, NULL, NULL, 1);
+        for (c = 0; c < count; c++) {
+            size_t M = dims[rng_below(ndims)], N = dims[rng_below(ndims)];
+            size_t T = rng_below(4) == 0 ? 9 : 1 + rng_below(4), Kc = dims[rng_below(ndims)];
+            const int mode = (int)rng_below(3), transposed = rng_below(4) == 0;
+            if (!quick && rng_below(4) == 0) N = big_n[rng_below(sizeof big_n / sizeof big_n[0])];
+            if (!quick && rng_below(8) == 0) M = 100 + rng_below(200);
+            if (quick && M * N * T * Kc > 200000) T = 1;
+            check_s(M, N, T, Kc, mode, transposed);
+            check_d(M, N, T, Kc, mode, transposed);
+        }
+        if (!quick) { /* a few large-K and the benchmark-like shapes, scaled down in M */
+            check_s(37, 70, 8, 512, 2, 0);
+            check_d(37, 70, 8, 512, 1, 1);
+            check_s(50, 256, 4, 512, 1, 0);
+            check_s(41, 16, 4, 32, 0, 0);
+            check_d(41, 16, 4, 32, 2, 0);
+            check_s(33, 3, 4, 64, 1, 0);
+            check_s(29, 64, 9, 64, 1, 0);
+            check_d(29, 64, 9, 64, 0, 0);
+        }
+        printf("  %-8s %s\n", fd_gemm_isa_name(isa), failures == before ? "ok" : "FAILED");
+    }
+}
+
+/* -------------------------------------------------------------- benchmark */
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const char *name;
+    size_t M, N, T, Kc;
+} bench_shape;
+
+static const bench_shape shapes[] = {
+    {"a", 2048, 256, 4, 512}, {"b", 4096, 64, 4, 128},  {"c", 4096, 512, 1, 256}, {"d", 16384, 16, 4, 32},
+    {"e", 3136, 64, 9, 64},   {"f", 128, 256, 4, 512}, {"g", 2048, 3, 4, 64},
+};
+
+/* a_rows point into an NHWC image (row = pixel, stride = Kc): tap t of output row
+ * m reads pixel m + dx + dy*W of a W=64 wide image (2x2 or 3x3 neighbourhood). */
+#define DEFINE_BENCH(REAL, P)                                                                                  \
+    static double bench_##P(const bench_shape *s, int reps) {                                                  \
+        const size_t M = s->M, N = s->N, T = s->T, Kc = s->Kc, K = T * Kc, W = 64;                             \
+        const size_t side = T == 9 ? 3 : T == 4 ? 2 : 1, pixels = M + side * W + side;                         \
+        REAL *image = xmalloc(pixels * Kc * sizeof(REAL));                                                     \
+        REAL *b = xmalloc(K * N * sizeof(REAL));                                                               \
+        REAL *packed = xmalloc(fd_##P##gemm_packed_size(K, N) * sizeof(REAL) + 64);                            \
+        REAL *packed_aligned = (REAL *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);                            \
+        REAL *out = xmalloc(M * N * sizeof(REAL));                                                             \
+        REAL *bias = xmalloc(N * sizeof(REAL));                                                                \
+        const REAL **a_rows = xmalloc(M * T * sizeof(REAL *));                                                 \
+        REAL **c_rows = xmalloc(M * sizeof(REAL *));                                                           \
+        size_t i, m, t;                                                                                        \
+        double best = 1e30;                                                                                    \
+        int r, it, iters = 1;                                                                                  \
+        for (i = 0; i < pixels * Kc; i++) image[i] = (REAL)rng_uniform();                                      \
+        for (i = 0; i < K * N; i++) b[i] = (REAL)rng_uniform();                                                \
+        for (i = 0; i < N; i++) bias[i] = (REAL)rng_uniform();                                                 \
+        fd_##P##gemm_pack_b(K, N, b, (ptrdiff_t)N, 1, packed_aligned);                                         \
+        for (m = 0; m < M; m++) {                                                                              \
+            c_rows[m] = out + m * N;                                                                           \
+            for (t = 0; t < T; t++) a_rows[m * T + t] = image + (m + t % side + (t / side) * W) * Kc;         \
+        }                                                                                                      \
+        for (;;) { /* calibrate: one timing sample lasts >= 20 ms */                                           \
+            double t0 = now_seconds();                                                                         \
+            for (it = 0; it < iters; it++)                                                                     \
+                fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed_aligned, bias, c_rows, 0);                   \
+            if (now_seconds() - t0 > 0.02) break;                                                              \
+            iters *= 2;                                                                                        \
+        }                                                                                                      \
+        for (r = 0; r < reps; r++) {                                                                           \
+            double t0 = now_seconds(), dt;                                                                     \
+            for (it = 0; it < iters; it++)                                                                     \
+                fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed_aligned, bias, c_rows, 0);                   \
+            dt = (now_seconds() - t0) / iters;                                                                 \
+            if (dt < best) best = dt;                                                                          \
+        }                                                                                                      \
+        free(image); free(b); free(packed); free(out); free(bias); free(a_rows); free(c_rows);                 \
+        return 2.0 * (double)M * (double)N * (double)K / best * 1e-9;                                          \
+    }
+
+DEFINE_BENCH(float, s)
+DEFINE_BENCH(double, d)
+
+static void run_bench(const char *which, int reps) {
+    const size_t nshapes = sizeof shapes / sizeof shapes[0];
+    size_t s;
+    int isa;
+    printf("GFLOP/s, 1 thread, best of %d (M N T Kc)\n%-9s %-6s", reps, "isa", "dtype");
+    for (s = 0; s < nshapes; s++) printf(" %7s", shapes[s].name);
+    printf("\n");
+    for (isa = FD_ISA_PORTABLE; isa <= FD_ISA_AVX512; isa++) {
+        int dtype;
+        if (strcmp(which, "all") != 0 && strcmp(which, fd_gemm_isa_name(isa)) != 0) continue;
+        if (fd_gemm_set_isa(isa) != 0) continue;
+        for (dtype = 0; dtype < 2; dtype++) {
+            printf("%-9s %-6s", fd_gemm_isa_name(isa), dtype ? "f64" : "f32");
+            for (s = 0; s < nshapes; s++) {
+                printf(" %7.1f", dtype ? bench_d(&shapes[s], reps) : bench_s(&shapes[s], reps));
+                fflush(stdout);
+            }
+            printf("\n");
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "full";
+    printf("default isa: %s\n", fd_gemm_isa_name(fd_gemm_get_isa()));
+    if (strcmp(mode, "bench") == 0) {
+        run_bench(argc > 2 ? argv[2] : "all", argc > 3 ? atoi(argv[3]) : 5);
+        return 0;
+    }
+    if (fd_gemm_set_isa(99) != -1 || fd_gemm_isa_supported(-1)) {
+        fprintf(stderr, "FAIL bad isa accepted\n");
+        failures++;
+    }
+    if (fd_sgemm_packed_size(10, 17) < 170 || fd_dgemm_packed_size(10, 17) < 170) {
+        fprintf(stderr, "FAIL packed size too small\n");
+        failures++;
+    }
+    run_sweep(strcmp(mode, "quick") == 0);
+    if (failures) {
+        printf("%d FAILURES\n", failures);
+        return 1;
+    }
+    printf("all tests passed\n");
+    return 0;
+}
