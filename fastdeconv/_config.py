@@ -1,0 +1,62 @@
+"""Build and run-time facts (show_config) and the thread count (set_num_threads)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sysconfig
+
+import numpy as np
+
+from . import _cpu
+
+
+def set_num_threads(n: int) -> None:
+    """Use n threads (n >= 1) in every later call; 0 restores the default (OMP_NUM_THREADS, else all cores)."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"n must be an int, got {n!r}")
+    _cpu.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """Threads the next call will use (1 when built without OpenMP)."""
+    return _cpu.get_num_threads()
+
+
+def config() -> dict:
+    """show_config()'s facts as a dict."""
+    info = _cpu.build_info()
+    return {
+        "fastdeconv": _version(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "compiler": sysconfig.get_config_var("CC") or "unknown",
+        "compiler_version": platform.python_compiler(),
+        "openmp": info["openmp"],
+        "openmp_version": info["openmp_version"],
+        "threads": get_num_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "simd_paths": info["gemm_isa_supported"],
+        "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
+        "workspace_bound": (
+            f"per thread: col2im column buffer max({_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, one input row's "
+            f"W*kH*kW*C_out/groups elements); im2col indirection {_cpu.IM2COL_CHUNK_PIXELS}*(kH*kW+1) pointers"
+        ),
+    }
+
+
+def show_config() -> None:
+    """Print build and run-time facts: compiler, OpenMP on/off, SIMD paths, GEMM, threads, workspace bound."""
+    for key, value in config().items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in value.items())
+        elif isinstance(value, bool):
+            value = "yes" if value else "no (serial build)" if key == "openmp" else "no"
+        print(f"{key:>18}: {value}")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

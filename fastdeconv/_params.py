@@ -1,0 +1,316 @@
+"""The parameter contract, parsed in one place for every backend.
+
+Everything that turns user arguments (stride, padding, output_padding,
+dilation, groups, output_size) into numbers, and every output-shape
+calculation, lives here. Backends receive a :class:`ConvGeometry` and never
+look at the raw arguments.
+
+Per spatial axis, with kernel extent ``kd = d·(k − 1) + 1``:
+
+* transposed convolution:  ``out = (in − 1)·s − pad_begin − pad_end + kd + output_padding``
+* convolution:             ``out = ⌊(in + pad_begin + pad_end − kd) / s⌋ + 1``
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+__all__ = [
+    "ConvGeometry",
+    "conv2d_output_shape",
+    "conv_transpose2d_output_shape",
+    "resolve_conv2d",
+    "resolve_conv_transpose2d",
+]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _int_pair(value, name: str, minimum: int) -> tuple[int, int]:
+    """An int or a pair of ints, each >= minimum, as (h, w)."""
+    if _is_int(value):
+        pair = (int(value), int(value))
+    else:
+        try:
+            items = tuple(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an int or a pair of ints (h, w), got {value!r}") from None
+        if len(items) != 2 or not all(_is_int(v) for v in items):
+            raise TypeError(f"{name} must be an int or a pair of ints (h, w), got {value!r}")
+        pair = (int(items[0]), int(items[1]))
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be >= {minimum} in each dimension, got {value!r}")
+    return pair
+
+
+def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
+    """int, (ph, pw) or ((top, bottom), (left, right)) -> ((top, bottom), (left, right))."""
+    message = (
+        "padding must be an int, (ph, pw), ((top, bottom), (left, right)), 'same' or 'valid', "
+        f"got {padding!r}"
+    )
+    if _is_int(padding):
+        pads = ((int(padding),) * 2, (int(padding),) * 2)
+    else:
+        try:
+            items = tuple(padding)
+        except TypeError:
+            raise TypeError(message) from None
+        if len(items) != 2:
+            raise TypeError(message)
+        if all(_is_int(v) for v in items):
+            pads = ((int(items[0]),) * 2, (int(items[1]),) * 2)
+        else:
+            try:
+                pads = tuple(tuple(axis) for axis in items)
+            except TypeError:
+                raise TypeError(message) from None
+            if not all(len(axis) == 2 and all(_is_int(v) for v in axis) for axis in pads):
+                raise TypeError(message)
+            pads = tuple((int(a), int(b)) for a, b in pads)
+    if min(pads[0] + pads[1]) < 0:
+        raise ValueError(f"padding must be >= 0, got {padding!r}")
+    return pads
+
+
+def _split_same(total: int) -> tuple[int, int]:
+    """TF's 'SAME' split: the extra row or column goes to the bottom/right."""
+    return total // 2, total - total // 2
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A fully resolved 2-D (transposed) convolution over NHWC data.
+
+    ``weight_shape`` is (C_in, kH, kW, C_out/groups) for a transposed
+    convolution and (C_out, kH, kW, C_in/groups) for a convolution.
+    ``pad`` is ((top, bottom), (left, right)); ``output_padding`` is only
+    meaningful for transposed convolutions (it adds rows/columns at the
+    bottom/right).
+    """
+
+    transposed: bool
+    batch: int
+    input_hw: tuple[int, int]
+    in_channels: int
+    out_channels: int
+    kernel_hw: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pad: tuple[tuple[int, int], tuple[int, int]]
+    output_padding: tuple[int, int]
+    groups: int
+    output_hw: tuple[int, int]
+
+    @property
+    def in_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    @property
+    def out_per_group(self) -> int:
+        return self.out_channels // self.groups
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, *self.input_hw, self.in_channels)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, *self.output_hw, self.out_channels)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        if self.transposed:
+            return (self.in_channels, *self.kernel_hw, self.out_per_group)
+        return (self.out_channels, *self.kernel_hw, self.in_per_group)
+
+    @property
+    def flops(self) -> int:
+        """2·N·H·W·C_in·kH·kW·C_out/groups for a transposed convolution (per input pixel);
+        2·N·Ho·Wo·C_out·kH·kW·C_in/groups for a convolution (per output pixel)."""
+        kh, kw = self.kernel_hw
+        pixels = self.batch * (self.input_hw[0] * self.input_hw[1] if self.transposed
+                               else self.output_hw[0] * self.output_hw[1])
+        channels = self.in_channels if self.transposed else self.out_channels
+        per_group = self.out_per_group if self.transposed else self.in_per_group
+        return 2 * pixels * channels * kh * kw * per_group
+
+
+def _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_padding, dilation, output_size):
+    """Pads, output_padding and output size of a transposed convolution, per axis."""
+    stride = _int_pair(stride, "stride", 1)
+    dilation = _int_pair(dilation, "dilation", 1)
+    explicit_op = _int_pair(output_padding, "output_padding", 0)
+    extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            pads = ((0, 0), (0, 0))
+        elif mode == "same":
+            # out = in·s: total padding kd − s; when the dilated kernel is shorter
+            # than the stride, nothing is cropped and the missing rows
+            # (output_padding s − kd) hold just the bias.
+            if explicit_op != (0, 0):
+                raise ValueError(f"output_padding must be 0 with padding='same', got {output_padding!r}")
+            pads = tuple(_split_same(max(kd - s, 0)) for kd, s in zip(extents, stride))
+            same_op = tuple(max(s - kd, 0) for kd, s in zip(extents, stride))
+        else:
+            raise ValueError(f"padding must be an int, a pair, a pair of pairs, 'same' or 'valid', got {padding!r}")
+    else:
+        pads = _explicit_padding(padding)
+        mode = None
+
+    base = [(i - 1) * s - p0 - p1 + kd for i, s, (p0, p1), kd in zip(input_hw, stride, pads, extents)]
+    limit = tuple(max(s, d) for s, d in zip(stride, dilation))
+    if mode == "same":
+        op = same_op
+    else:
+        op = explicit_op
+        for axis, name in enumerate(("height", "width")):
+            if op[axis] >= limit[axis]:
+                raise ValueError(
+                    f"output_padding must be smaller than max(stride, dilation) in each dimension: "
+                    f"output_padding={explicit_op}, stride={stride}, dilation={dilation} ({name})"
+                )
+
+    if output_size is not None:
+        target = _int_pair(output_size, "output_size", 1)
+        chosen = []
+        for axis, name in enumerate(("height", "width")):
+            if mode == "same":
+                valid = (base[axis] + op[axis], base[axis] + op[axis])
+            else:
+                valid = (base[axis], base[axis] + limit[axis] - 1)
+            if not valid[0] <= target[axis] <= valid[1]:
+                raise ValueError(
+                    f"output_size={tuple(target)} cannot be reached: the output {name} must be in "
+                    f"[{valid[0]}, {valid[1]}] for input {tuple(input_hw)}, kernel {tuple(kernel_hw)}, "
+                    f"stride={stride}, padding={padding!r}, dilation={dilation}"
+                )
+            chosen.append(target[axis] - base[axis])
+        chosen = tuple(chosen)
+        if mode != "same" and op != (0, 0) and op != chosen:
+            raise ValueError(
+                f"output_size={tuple(target)} needs output_padding={chosen}, which conflicts with "
+                f"output_padding={explicit_op}"
+            )
+        op = chosen
+
+    out_hw = tuple(b + o for b, o in zip(base, op))
+    if min(out_hw) < 1:
+        raise ValueError(
+            f"the computed output size {out_hw} is smaller than 1: input {tuple(input_hw)}, kernel "
+            f"{tuple(kernel_hw)}, stride={stride}, padding={padding!r}, output_padding={op}, dilation={dilation}"
+        )
+    return stride, dilation, pads, op, out_hw
+
+
+def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
+    """Pads and output size of a convolution, per axis."""
+    stride = _int_pair(stride, "stride", 1)
+    dilation = _int_pair(dilation, "dilation", 1)
+    extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            pads = ((0, 0), (0, 0))
+        elif mode == "same":
+            # TF: out = ceil(in / s), extra padding at the bottom/right.
+            pads = tuple(
+                _split_same(max((-(-i // s) - 1) * s + kd - i, 0))
+                for i, s, kd in zip(input_hw, stride, extents)
+            )
+        else:
+            raise ValueError(f"padding must be an int, a pair, a pair of pairs, 'same' or 'valid', got {padding!r}")
+    else:
+        pads = _explicit_padding(padding)
+    padded = [i + p0 + p1 for i, (p0, p1) in zip(input_hw, pads)]
+    if any(p < kd for p, kd in zip(padded, extents)):
+        raise ValueError(
+            f"the computed output size is smaller than 1: the padded input {tuple(padded)} is smaller than the "
+            f"dilated kernel {tuple(extents)} (input {tuple(input_hw)}, kernel {tuple(kernel_hw)}, "
+            f"padding={padding!r}, dilation={dilation})"
+        )
+    out_hw = tuple((p - kd) // s + 1 for p, kd, s in zip(padded, extents, stride))
+    return stride, dilation, pads, out_hw
+
+
+def _check_shapes(x_shape, w_shape, groups, transposed):
+    """Validate ndim, channels and groups; return (batch, input_hw, C_in, C_out, kernel_hw)."""
+    if len(x_shape) not in (3, 4):
+        raise ValueError(f"x must have shape (N, H, W, C_in) or (H, W, C_in), got ndim={len(x_shape)} shape={tuple(x_shape)}")
+    if len(w_shape) != 4:
+        layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
+        raise ValueError(f"weight must have shape {layout}, got ndim={len(w_shape)} shape={tuple(w_shape)}")
+    if not _is_int(groups):
+        raise TypeError(f"groups must be an int, got {groups!r}")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got groups={groups}")
+    batch = x_shape[0] if len(x_shape) == 4 else 1
+    input_hw = tuple(int(v) for v in x_shape[-3:-1])
+    in_channels = int(x_shape[-1])
+    kernel_hw = (int(w_shape[1]), int(w_shape[2]))
+    if min(kernel_hw) < 1:
+        raise ValueError(f"weight's kernel size must be >= 1, got kernel {kernel_hw} from weight shape {tuple(w_shape)}")
+    if in_channels % groups:
+        raise ValueError(f"C_in={in_channels} (x's last axis) is not divisible by groups={groups}")
+    if transposed:
+        if w_shape[0] != in_channels:
+            raise ValueError(
+                f"x has C_in={in_channels} channels but weight {tuple(w_shape)} expects C_in={w_shape[0]} "
+                "(weight is (C_in, kH, kW, C_out // groups))"
+            )
+        out_channels = int(w_shape[3]) * groups
+    else:
+        if w_shape[3] * groups != in_channels:
+            raise ValueError(
+                f"x has C_in={in_channels} channels but weight {tuple(w_shape)} with groups={groups} expects "
+                f"C_in={w_shape[3] * groups} (weight is (C_out, kH, kW, C_in // groups))"
+            )
+        out_channels = int(w_shape[0])
+        if out_channels % groups:
+            raise ValueError(f"C_out={out_channels} (weight's first axis) is not divisible by groups={groups}")
+    if min(input_hw) < 1:
+        raise ValueError(f"x's spatial size must be >= 1, got (H, W)={input_hw} from x shape {tuple(x_shape)}")
+    return int(batch), input_hw, in_channels, out_channels, kernel_hw
+
+
+def resolve_conv_transpose2d(x_shape, w_shape, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                             output_size=None) -> ConvGeometry:
+    """Validate a conv_transpose2d call's shapes and parameters; x_shape may be unbatched."""
+    batch, input_hw, cin, cout, kernel_hw = _check_shapes(x_shape, w_shape, groups, transposed=True)
+    stride, dilation, pads, op, out_hw = _resolve_transposed_axes(
+        input_hw, kernel_hw, stride, padding, output_padding, dilation, output_size)
+    return ConvGeometry(True, batch, input_hw, cin, cout, kernel_hw, stride, dilation, pads, op, int(groups), out_hw)
+
+
+def resolve_conv2d(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> ConvGeometry:
+    """Validate a conv2d call's shapes and parameters; x_shape may be unbatched."""
+    batch, input_hw, cin, cout, kernel_hw = _check_shapes(x_shape, w_shape, groups, transposed=False)
+    stride, dilation, pads, out_hw = _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)
+    return ConvGeometry(False, batch, input_hw, cin, cout, kernel_hw, stride, dilation, pads, (0, 0), int(groups), out_hw)
+
+
+def _positive_pair(value, name):
+    return _int_pair(value, name, 1)
+
+
+def conv_transpose2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, output_padding=0, dilation=1):
+    """(H_out, W_out) of a transposed convolution.
+
+    ``H_out = (H − 1)·sH − pad_top − pad_bottom + dH·(kH − 1) + output_padding_h + 1``, and the
+    same for W. Raises ValueError for the same inputs conv_transpose2d rejects.
+    """
+    input_hw = _positive_pair(input_hw, "input_hw")
+    kernel_hw = _positive_pair(kernel_hw, "kernel_hw")
+    return _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_padding, dilation, None)[4]
+
+
+def conv2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
+    """(H_out, W_out) of a convolution: ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``."""
+    input_hw = _positive_pair(input_hw, "input_hw")
+    kernel_hw = _positive_pair(kernel_hw, "kernel_hw")
+    return _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)[3]

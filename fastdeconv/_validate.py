@@ -1,0 +1,90 @@
+"""Array checks shared by every backend: dtypes, unbatched input, bias and out=.
+
+:func:`prepare` turns user arguments into a :class:`Call` (4-D arrays, resolved
+geometry, result dtype); :func:`finish` casts a computed result to the result
+dtype, removes the batch axis of unbatched calls and honours ``out=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._params import ConvGeometry
+
+SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_SUPPORTED_NAMES = "float16, float32 or float64"
+
+
+@dataclass
+class Call:
+    x: np.ndarray            # (N, H, W, C_in), the caller's dtype and strides
+    weight: np.ndarray
+    bias: np.ndarray | None  # (C_out,) in the result dtype
+    geometry: ConvGeometry
+    dtype: np.dtype          # result dtype
+    unbatched: bool
+    out: np.ndarray | None   # validated, in the caller's shape
+
+    @property
+    def compute_dtype(self) -> np.dtype:
+        """float16 is computed in float32 and rounded once at the end."""
+        return np.dtype(np.float32) if self.dtype == np.float16 else self.dtype
+
+
+def _as_float_array(value, name: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {array.dtype}; supported dtypes are {_SUPPORTED_NAMES}")
+    return array
+
+
+def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
+    """Validate a call. ``resolve(x_shape, w_shape)`` returns its ConvGeometry."""
+    x = _as_float_array(x, "x")
+    weight = _as_float_array(weight, "weight")
+    geometry = resolve(x.shape, weight.shape)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = x[np.newaxis]
+    dtype = np.result_type(x.dtype, weight.dtype)
+    if bias is not None:
+        bias_array = np.asarray(bias)
+        if bias_array.dtype.kind not in "fiu" or bias_array.dtype.kind == "b":
+            raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
+        if bias_array.shape != (geometry.out_channels,):
+            raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
+        bias = bias_array.astype(dtype, copy=False)
+    shape = geometry.output_shape[1:] if unbatched else geometry.output_shape
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+        if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(
+                f"out must be a writeable C-contiguous array of shape {shape} and dtype {dtype}, got shape "
+                f"{out.shape}, dtype {out.dtype}, C-contiguous={out.flags.c_contiguous}, "
+                f"writeable={out.flags.writeable}"
+            )
+        for name, array in (("x", x), ("weight", weight), ("bias", bias)):
+            if array is not None and np.may_share_memory(out, array):
+                raise ValueError(f"out must not overlap {name}")
+    return Call(x, weight, bias, geometry, dtype, unbatched, out)
+
+
+def result_buffer(call: Call) -> np.ndarray:
+    """Where a backend should write: out= itself when it has the compute dtype, else a new array."""
+    if call.out is not None and call.out.dtype == call.compute_dtype:
+        return call.out.reshape(call.geometry.output_shape)
+    return np.empty(call.geometry.output_shape, dtype=call.compute_dtype)
+
+
+def finish(call: Call, y: np.ndarray) -> np.ndarray:
+    """Cast y (N, Ho, Wo, C_out) to the result dtype, drop the batch axis if unbatched, fill out=."""
+    if call.unbatched:
+        y = y[0]
+    if call.out is not None:
+        if not np.may_share_memory(call.out, y):
+            call.out[...] = y
+        return call.out
+    return y.astype(call.dtype, copy=False)

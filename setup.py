@@ -1,0 +1,86 @@
+"""Extension modules only; the metadata is in pyproject.toml.
+
+OpenMP is optional: the build probes the compiler for it and, when it is
+missing (or FASTDECONV_NO_OPENMP=1), builds a serial extension instead.
+fastdeconv.show_config() says which. No -march flags: SIMD kernels are chosen
+at run time (src/gemm.c).
+"""
+
+import os
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+C_SOURCES = [
+    "src/gemm.c",
+    "src/gemm_avx2.c",
+    "src/gemm_avx512.c",
+    "src/deconv_col2im.c",
+    "src/conv_im2col.c",
+]
+
+
+def openmp_flags(compiler):
+    """(compile, link) flags that make OpenMP work with this compiler, or None."""
+    if os.environ.get("FASTDECONV_NO_OPENMP", "0") not in ("", "0"):
+        return None
+    if compiler.compiler_type == "msvc":
+        candidates = [(["/openmp"], [])]
+    elif sys.platform == "darwin":
+        candidates = [(["-Xpreprocessor", "-fopenmp"], ["-lomp"]), (["-fopenmp"], ["-fopenmp"])]
+    else:
+        candidates = [(["-fopenmp"], ["-fopenmp"])]
+    probe = textwrap.dedent("""
+        #include <omp.h>
+        int main(void) { int n = 0;
+        #pragma omp parallel reduction(+:n)
+          n += 1;
+          return n > 0 ? 0 : 1; }
+        """)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "probe_openmp.c")
+        with open(source, "w") as f:
+            f.write(probe)
+        for cflags, ldflags in candidates:
+            try:
+                objects = compiler.compile([source], output_dir=tmp, extra_postargs=cflags)
+                compiler.link_executable(objects, os.path.join(tmp, "probe_openmp"), extra_postargs=ldflags)
+            except Exception:
+                continue
+            return cflags, ldflags
+    return None
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        flags = openmp_flags(self.compiler)
+        unix = self.compiler.compiler_type != "msvc"
+        for ext in self.extensions:
+            ext.extra_compile_args += ["-O3", "-std=c99"] if unix else ["/O2"]
+            if flags is None:
+                print("fastdeconv: building WITHOUT OpenMP (serial kernels)")
+            else:
+                print(f"fastdeconv: building with OpenMP ({' '.join(flags[0])})")
+                ext.extra_compile_args += flags[0]
+                ext.extra_link_args += flags[1]
+        super().build_extensions()
+
+
+extensions = [
+    Extension(
+        "fastdeconv._cpu",
+        sources=["src/_cpu.pyx", *C_SOURCES],
+        include_dirs=["src", np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+    )
+]
+
+setup(
+    ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}),
+    cmdclass={"build_ext": BuildExt},
+)

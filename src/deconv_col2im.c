@@ -1,0 +1,17 @@
+/* GEMM + col2im transposed convolution, float and double. See deconv_col2im.template.c. */
+#include "conv_geometry.h"
+#include "templating.h"
+#include "gemm.h"
+#include "kernels.h"
+
+#define FD_REAL float
+#define FD_PREFIX s
+#include "deconv_col2im.template.c"
+#undef FD_REAL
+#undef FD_PREFIX
+
+#define FD_REAL double
+#define FD_PREFIX d
+#include "deconv_col2im.template.c"
+#undef FD_REAL
+#undef FD_PREFIX

@@ -1,0 +1,76 @@
+/* Transposed convolution as GEMM + col2im (included by deconv_col2im.c per type).
+ *
+ * For each group g and a chunk of input pixels P (rows of the NHWC input):
+ *   col[p, (ky, kx, o)] = sum_i x[p, g*Cig + i] * w[g*Cig + i, ky, kx, o]
+ *   GEMM shape (|P|, Cig) @ (Cig, kH*kW*Cog); the weight's group slice is already
+ *   a contiguous (Cig, kH*kW*Cog) matrix, packed once per call.
+ * then col2im scatter-adds each col[p, ky, kx, :] (Cog contiguous values) into
+ *   y[n, iy*sH - pad_top + ky*dH, ix*sW - pad_left + kx*dW, g*Cog : (g+1)*Cog].
+ *
+ * Threads work on disjoint bands of output rows, so the scatter never races: a
+ * band recomputes the few input rows it shares with its neighbours (at most
+ * ceil(dH*(kH-1)/sH) rows per band edge).
+ */
+#ifndef FD_REAL
+#error "FD_REAL must be defined"
+#endif
+
+int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
+                              const FD_REAL *const *packed_w, const FD_REAL *FD_RESTRICT bias,
+                              FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
+                              FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels,
+                              const FD_REAL **a_rows, FD_REAL **c_rows)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
+    const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
+    const ptrdiff_t taps_cols = kH * kW * Cog;
+    if (col_pixels < W || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end) return FD_ERR_WORKSPACE;
+
+    FD_REAL *y_image = y + n * Ho * Wo * Cout;
+    for (ptrdiff_t oy = oy_begin; oy < oy_end; oy++) {
+        FD_REAL *row = y_image + oy * Wo * Cout;
+        for (ptrdiff_t ox = 0; ox < Wo; ox++)
+            for (ptrdiff_t c = 0; c < Cout; c++) row[ox * Cout + c] = bias ? bias[c] : (FD_REAL)0;
+    }
+    if (Cig == 0) return FD_OK;
+
+    /* Input rows whose taps can land in [oy_begin, oy_end). */
+    ptrdiff_t iy_first = fd_ceil_div(oy_begin + geo->pad_top - (kH - 1) * dH, sH);
+    ptrdiff_t iy_last = fd_floor_div(oy_end - 1 + geo->pad_top, sH);
+    if (iy_first < 0) iy_first = 0;
+    if (iy_last > H - 1) iy_last = H - 1;
+    const ptrdiff_t rows_per_chunk = col_pixels / W;
+
+    for (ptrdiff_t iy0 = iy_first; iy0 <= iy_last; iy0 += rows_per_chunk) {
+        ptrdiff_t rows = iy_last - iy0 + 1;
+        if (rows > rows_per_chunk) rows = rows_per_chunk;
+        const ptrdiff_t M = rows * W;
+        for (ptrdiff_t g = 0; g < G; g++) {
+            const FD_REAL *x_rows = x + ((n * H + iy0) * W) * Cin + g * Cig;
+            for (ptrdiff_t p = 0; p < M; p++) {
+                a_rows[p] = x_rows + p * Cin;
+                c_rows[p] = col + p * taps_cols;
+            }
+            FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows, packed_w[g], NULL,
+                                 c_rows, 0);
+            for (ptrdiff_t p = 0; p < M; p++) {
+                const ptrdiff_t iy = iy0 + p / W, ix = p % W;
+                for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                    const ptrdiff_t oy = iy * sH - geo->pad_top + ky * dH;
+                    if (oy < oy_begin || oy >= oy_end) continue;
+                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                        const ptrdiff_t ox = ix * sW - geo->pad_left + kx * dW;
+                        if (ox < 0 || ox >= Wo) continue;
+                        FD_REAL *FD_RESTRICT dst = y_image + (oy * Wo + ox) * Cout + g * Cog;
+                        const FD_REAL *FD_RESTRICT src = col + p * taps_cols + (ky * kW + kx) * Cog;
+                        for (ptrdiff_t o = 0; o < Cog; o++) dst[o] += src[o];
+                    }
+                }
+            }
+        }
+    }
+    return FD_OK;
+}
