@@ -91,6 +91,17 @@ void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *co
 
 /* ------------------------------------------------- packing + portable path */
 
+/* GCC's loop vectoriser would rather vectorise the k loop as a reduction (with
+ * strided B gathers), which is several times slower; keep it to straight-line SLP
+ * vectorisation across the fully unrolled tile. Other compilers: plain loops. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FD_PORTABLE_TILE_ATTR __attribute__((optimize("no-tree-loop-vectorize")))
+#define FD_PORTABLE_UNROLL _Pragma("GCC unroll 16")
+#else
+#define FD_PORTABLE_TILE_ATTR
+#define FD_PORTABLE_UNROLL
+#endif
+
 /* Portable register tile: PORTABLE_MR rows x PORTABLE_NR columns of plain C
  * arrays, sized so the accumulators fit the 16 SSE2 registers (8 xmm for acc,
  * the rest for B and the broadcast) and the compiler vectorises the column loop. */

@@ -26,7 +26,7 @@ void FD_FN(gemm_pack_b)(size_t K, size_t N, const FD_REAL *b, ptrdiff_t stride_k
 
 /* One tile: rows [0, mr) of a_rows/c_rows, columns [n, n + nc) of C, whose B
  * columns start at b (row k of the panel at b + k*b_stride). */
-static void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                       const FD_REAL *b, size_t b_stride, const FD_REAL *bias, size_t n,
                                       FD_REAL *const *c_rows, int accumulate) {
     FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR];
@@ -41,8 +41,10 @@ static void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc,
         const FD_REAL *FD_RESTRICT bk = b + t * Kc * b_stride;
         for (i = 0; i < FD_PORTABLE_MR; i++) a[i] = a_rows[(i < mr ? i : mr - 1) * T + t];
         for (k = 0; k < Kc; k++, bk += b_stride) {
+            FD_PORTABLE_UNROLL
             for (i = 0; i < FD_PORTABLE_MR; i++) {
                 const FD_REAL ai = a[i][k];
+                FD_PORTABLE_UNROLL
                 for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] += ai * bk[j];
             }
         }
