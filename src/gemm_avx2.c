@@ -36,6 +36,7 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_VLOADU(p) _mm256_loadu_ps(p)
 #define FD_VSTOREU(p, v) _mm256_storeu_ps((p), (v))
 #define FD_VBCAST(p) _mm256_broadcast_ss(p)
+#define FD_VADD(a, b) _mm256_add_ps((a), (b))
 #define FD_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_ps((p), fd_avx2_mask32(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_ps((p), fd_avx2_mask32(n), (v))
@@ -55,6 +56,7 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #undef FD_VSTOREU
 #undef FD_VBCAST
 #undef FD_VFMA
+#undef FD_VADD
 #undef FD_VLOAD_PART
 #undef FD_VSTORE_PART
 #undef FD_WIDE_MR
@@ -73,6 +75,7 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_VLOADU(p) _mm256_loadu_pd(p)
 #define FD_VSTOREU(p, v) _mm256_storeu_pd((p), (v))
 #define FD_VBCAST(p) _mm256_broadcast_sd(p)
+#define FD_VADD(a, b) _mm256_add_pd((a), (b))
 #define FD_VFMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_pd((p), fd_avx2_mask64(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_pd((p), fd_avx2_mask64(n), (v))

@@ -27,6 +27,7 @@ int fd_gemm_avx512_available(void) {
 #define FD_VLOADU(p) _mm512_loadu_ps(p)
 #define FD_VSTOREU(p, v) _mm512_storeu_ps((p), (v))
 #define FD_VBCAST(p) _mm512_set1_ps(*(p))
+#define FD_VADD(a, b) _mm512_add_ps((a), (b))
 #define FD_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
@@ -46,6 +47,7 @@ int fd_gemm_avx512_available(void) {
 #undef FD_VSTOREU
 #undef FD_VBCAST
 #undef FD_VFMA
+#undef FD_VADD
 #undef FD_VLOAD_PART
 #undef FD_VSTORE_PART
 #undef FD_WIDE_MR
@@ -64,6 +66,7 @@ int fd_gemm_avx512_available(void) {
 #define FD_VLOADU(p) _mm512_loadu_pd(p)
 #define FD_VSTOREU(p, v) _mm512_storeu_pd((p), (v))
 #define FD_VBCAST(p) _mm512_set1_pd(*(p))
+#define FD_VADD(a, b) _mm512_add_pd((a), (b))
 #define FD_VFMA(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1u), (v))

@@ -29,6 +29,20 @@ static inline size_t fd_gemm_panel_width(size_t N, size_t n0, size_t panel, size
     return (rest + granule - 1) / granule * granule;
 }
 
+/* Rows of C to process per chunk (all panels of a chunk before the next one).
+ * Panel-outer order streams A once per panel of 32/16 columns; when A is too big for
+ * L2 but the whole packed B is small, cutting M into chunks whose A rows (~256 KiB)
+ * stay in L2 next to B turns those A re-reads into L2 hits. The result is a multiple
+ * of row_multiple so no chunk ends in a partial tile. Sizes assume >= 1 MiB L2. */
+static inline size_t fd_gemm_row_chunk(size_t M, size_t N, size_t K, size_t elem_bytes, size_t row_multiple) {
+    const size_t l2_a_budget = 256 * 1024, l2_b_budget = 512 * 1024;
+    const size_t a_row_bytes = K * elem_bytes;
+    size_t chunk;
+    if (K * N * elem_bytes > l2_b_budget || M * a_row_bytes <= 2 * l2_a_budget) return M;
+    chunk = l2_a_budget / a_row_bytes / row_multiple * row_multiple;
+    return chunk < row_multiple ? row_multiple : chunk;
+}
+
 /* Per-ISA entry points; same contract as fd_?gemm_indirect. */
 typedef void (*fd_sgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
                                      const float *packed_b, const float *bias, float *const *c_rows,

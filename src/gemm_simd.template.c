@@ -4,7 +4,7 @@
  *   FD_SIMD_FN(name)     name mangling, e.g. fd_sgemm_indirect_avx512
  *   FD_TARGET            __attribute__((target(...)))
  *   FD_VEC, FD_LANES     vector type and its element count
- *   FD_VZERO() FD_VLOADU(p) FD_VSTOREU(p, v) FD_VBCAST(p) FD_VFMA(a, b, c) (= a*b + c)
+ *   FD_VZERO() FD_VLOADU(p) FD_VSTOREU(p, v) FD_VBCAST(p) FD_VADD(a, b) FD_VFMA(a, b, c) (= a*b + c)
  *   FD_VLOAD_PART(p, n) FD_VSTORE_PART(p, v, n)   first n < FD_LANES lanes only
  *   FD_WIDE_MR x FD_WIDE_NV     tile (rows x vectors) for full panels
  *   FD_NARROW_MR x FD_NARROW_NV tile for panels narrower than the wide tile
@@ -29,33 +29,28 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
     int i, v;
     size_t t, k;
 
-    /* Rows past mr repeat row mr-1: same inputs, same result, same address, so
-     * the duplicated stores are harmless and the loop keeps its fixed shape. */
+    /* Rows past mr repeat row mr-1 so the inner loop keeps its fixed shape. */
 #pragma GCC unroll 32
     for (i = 0; i < MR; i++) c[i] = c_rows[(size_t)i < mr ? (size_t)i : mr - 1] + n;
 
-    if (accumulate) {
+    /* Start the C lines' ownership requests now; they complete under the FMAs.
+     * With accumulate, C is added at the end for the same reason (a load here
+     * would stall on those misses). */
 #pragma GCC unroll 32
-        for (i = 0; i < MR; i++)
+    for (i = 0; i < MR; i++)
 #pragma GCC unroll 4
-            for (v = 0; v < NV; v++) {
-                const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
-                acc[i][v] = full || left >= FD_LANES ? FD_VLOADU(c[i] + v * FD_LANES)
-                            : left > 0              ? FD_VLOAD_PART(c[i] + v * FD_LANES, (int)left)
-                                                    : FD_VZERO();
-            }
-    } else {
+        for (v = 0; v < NV; v++) __builtin_prefetch(c[i] + v * FD_LANES, 1, 3);
+
 #pragma GCC unroll 4
-        for (v = 0; v < NV; v++) {
-            const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
-            FD_VEC init = FD_VZERO();
-            if (bias != NULL)
-                init = full || left >= FD_LANES ? FD_VLOADU(bias + n + v * FD_LANES)
-                       : left > 0              ? FD_VLOAD_PART(bias + n + v * FD_LANES, (int)left)
-                                               : FD_VZERO();
+    for (v = 0; v < NV; v++) {
+        const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
+        FD_VEC init = FD_VZERO();
+        if (bias != NULL && !accumulate)
+            init = full || left >= FD_LANES ? FD_VLOADU(bias + n + v * FD_LANES)
+                   : left > 0              ? FD_VLOAD_PART(bias + n + v * FD_LANES, (int)left)
+                                           : FD_VZERO();
 #pragma GCC unroll 32
-            for (i = 0; i < MR; i++) acc[i][v] = init;
-        }
+        for (i = 0; i < MR; i++) acc[i][v] = init;
     }
 
     for (t = 0; t < T; t++) {
@@ -77,16 +72,20 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
         }
     }
 
-    /* Store bottom-up so that, for clamped duplicate rows, row mr-1 is the last write. */
+    /* Clamped duplicate rows (i >= mr) are computed but never stored. */
 #pragma GCC unroll 32
-    for (i = MR - 1; i >= 0; i--)
+    for (i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (v = 0; v < NV; v++) {
+            if ((size_t)i >= mr) break;
             const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
-            if (full || left >= FD_LANES)
+            if (full || left >= FD_LANES) {
+                if (accumulate) acc[i][v] = FD_VADD(acc[i][v], FD_VLOADU(c[i] + v * FD_LANES));
                 FD_VSTOREU(c[i] + v * FD_LANES, acc[i][v]);
-            else if (left > 0)
+            } else if (left > 0) {
+                if (accumulate) acc[i][v] = FD_VADD(acc[i][v], FD_VLOAD_PART(c[i] + v * FD_LANES, (int)left));
                 FD_VSTORE_PART(c[i] + v * FD_LANES, acc[i][v], (int)left);
+            }
         }
 }
 
@@ -103,9 +102,11 @@ static FD_TARGET void FD_SIMD_FN(tile_narrow)(size_t mr, size_t nc, size_t T, si
     FD_SIMD_FN(tile)(FD_NARROW_MR, FD_NARROW_NV, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);
 }
 
-FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
-                                         const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
-                                         int accumulate) {
+/* All tiles of C rows [0, M) (pointer arrays already offset), panel by panel:
+ * a B panel is reused from L1/L2 by every row tile before moving on. */
+static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t Kc,
+                                                const FD_REAL *const *a_rows, const FD_REAL *packed_b,
+                                                const FD_REAL *bias, FD_REAL *const *c_rows, int accumulate) {
     const size_t K = T * Kc;
     const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
     size_t n0, m0, j;
@@ -129,6 +130,16 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
             }
         }
     }
+}
+
+FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+                                         const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
+                                         int accumulate) {
+    const size_t chunk = fd_gemm_row_chunk(M, N, T * Kc, sizeof(FD_REAL), FD_WIDE_MR * FD_NARROW_MR);
+    size_t m0;
+    for (m0 = 0; m0 < M; m0 += chunk)
+        FD_SIMD_FN(rows_by_panel)(M - m0 < chunk ? M - m0 : chunk, N, T, Kc, a_rows + m0 * T, packed_b, bias,
+                                  c_rows + m0, accumulate);
 }
 
 #undef FD_TILE_MAX_MR

@@ -1,7 +1,8 @@
 /* Standalone test + benchmark for the indirect GEMM in src/gemm.c.
  *   test_gemm            full correctness sweep over every supported ISA, float and double
  *   test_gemm quick      small sweep (for valgrind)
- *   test_gemm bench [isa|all] [reps]   GFLOP/s for the deconvolution shapes (a)-(g)
+ *   test_gemm bench [isa|all] [reps] [M N T Kc]   GFLOP/s for the deconvolution
+ *                        shapes (a)-(g), or for one custom shape
  * Exit status is non-zero on any mismatch. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
@@ -223,12 +224,13 @@ static const bench_shape shapes[] = {
 DEFINE_BENCH(float, s)
 DEFINE_BENCH(double, d)
 
-static void run_bench(const char *which, int reps) {
-    const size_t nshapes = sizeof shapes / sizeof shapes[0];
+static void run_bench(const char *which, int reps, const bench_shape *custom) {
+    const bench_shape *list = custom ? custom : shapes;
+    const size_t nshapes = custom ? 1 : sizeof shapes / sizeof shapes[0];
     size_t s;
     int isa;
     printf("GFLOP/s, 1 thread, best of %d (M N T Kc)\n%-9s %-6s", reps, "isa", "dtype");
-    for (s = 0; s < nshapes; s++) printf(" %7s", shapes[s].name);
+    for (s = 0; s < nshapes; s++) printf(" %7s", list[s].name);
     printf("\n");
     for (isa = FD_ISA_PORTABLE; isa <= FD_ISA_AVX512; isa++) {
         int dtype;
@@ -237,7 +239,7 @@ static void run_bench(const char *which, int reps) {
         for (dtype = 0; dtype < 2; dtype++) {
             printf("%-9s %-6s", fd_gemm_isa_name(isa), dtype ? "f64" : "f32");
             for (s = 0; s < nshapes; s++) {
-                printf(" %7.1f", dtype ? bench_d(&shapes[s], reps) : bench_s(&shapes[s], reps));
+                printf(" %7.1f", dtype ? bench_d(&list[s], reps) : bench_s(&list[s], reps));
                 fflush(stdout);
             }
             printf("\n");
@@ -249,7 +251,14 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "full";
     printf("default isa: %s\n", fd_gemm_isa_name(fd_gemm_get_isa()));
     if (strcmp(mode, "bench") == 0) {
-        run_bench(argc > 2 ? argv[2] : "all", argc > 3 ? atoi(argv[3]) : 5);
+        bench_shape custom = {"custom", 0, 0, 0, 0};
+        if (argc > 7) {
+            custom.M = (size_t)atol(argv[4]);
+            custom.N = (size_t)atol(argv[5]);
+            custom.T = (size_t)atol(argv[6]);
+            custom.Kc = (size_t)atol(argv[7]);
+        }
+        run_bench(argc > 2 ? argv[2] : "all", argc > 3 ? atoi(argv[3]) : 5, argc > 7 ? &custom : NULL);
         return 0;
     }
     if (fd_gemm_set_isa(99) != -1 || fd_gemm_isa_supported(-1)) {
