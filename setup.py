@@ -21,6 +21,8 @@ C_SOURCES = [
     "src/gemm_avx2.c",
     "src/gemm_avx512.c",
     "src/deconv_col2im.c",
+    "src/deconv_phase.c",
+    "src/deconv_depthwise.c",
     "src/conv_im2col.c",
 ]
 

@@ -19,6 +19,8 @@ from ._validate import Call, result_buffer
 # name -> (pack, run). Each algorithm lives in its own file in src/.
 DECONV_ALGORITHMS = {
     "col2im": (_cpu.pack_deconv_col2im, _cpu.deconv_col2im),   # src/deconv_col2im.template.c
+    "phase": (_cpu.pack_deconv_phase, _cpu.deconv_phase),      # src/deconv_phase.template.c
+    "depthwise": (_cpu.pack_deconv_depthwise, _cpu.deconv_depthwise),  # src/deconv_depthwise.template.c
 }
 CONV_ALGORITHMS = {
     "im2col": (_cpu.pack_conv_im2col, _cpu.conv_im2col),       # src/conv_im2col.template.c

@@ -56,6 +56,21 @@ cdef extern from "kernels.h" nogil:
                              const double *bias, double *y, Py_ssize_t n, Py_ssize_t oy_begin, Py_ssize_t oy_end,
                              const double *zeros, Py_ssize_t chunk_pixels, const double **a_rows, double **c_rows)
 
+    int fd_sdeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
+                              const float *x, const float *const *packed_w, const float *bias, float *y,
+                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, const float *zeros,
+                              Py_ssize_t chunk_pixels, const float **a_rows, float **c_rows)
+    int fd_ddeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
+                              const double *x, const double *const *packed_w, const double *bias, double *y,
+                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, const double *zeros,
+                              Py_ssize_t chunk_pixels, const double **a_rows, double **c_rows)
+    int fd_sdeconv_depthwise_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
+                                  const float *x, const float *wr, const float *bias, float *y,
+                                  Py_ssize_t row_begin, Py_ssize_t row_end)
+    int fd_ddeconv_depthwise_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
+                                  const double *x, const double *wr, const double *bias, double *y,
+                                  Py_ssize_t row_begin, Py_ssize_t row_end)
+
 ctypedef fused real:
     float
     double
@@ -142,10 +157,13 @@ cdef object _pack(real[::1] b, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py
 cdef class PackedWeights:
     """Per-group packed GEMM operands, and the pointer table the C kernels take."""
     cdef readonly list arrays
-    cdef object pointers      # uintp array, one pointer per group
+    cdef object pointers      # uintp array, one pointer per packed matrix
+    cdef public object taps_y, taps_x   # phase tap tables (deconv_phase only)
 
-    def __init__(self, list arrays):
+    def __init__(self, list arrays, taps_y=None, taps_x=None):
         self.arrays = arrays
+        self.taps_y = taps_y
+        self.taps_x = taps_x
         self.pointers = np.array([a.ctypes.data for a in arrays], dtype=np.uintp)
 
     cdef const void *const *table(self):
@@ -173,6 +191,11 @@ def _pack_dispatch(flat, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py_ssize
     if flat.dtype == np.float32:
         return _pack[float](flat, offset, K, N, sk, sn)
     return _pack[double](flat, offset, K, N, sk, sn)
+
+
+cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """ceil(a / b) for a >= 0, b > 0 (the module uses C division: -(-a // b) would truncate)."""
+    return (a + b - 1) // b
 
 
 cdef Py_ssize_t _bands_per_image(Py_ssize_t batch, Py_ssize_t rows, int threads):
@@ -282,3 +305,147 @@ cdef _check(status, str kernel):
     bad = status[status != 0]
     if bad.size:
         raise RuntimeError(f"fastdeconv kernel {kernel} failed with status {int(bad[0])} (a bug: please report it)")
+
+
+# Indirect-GEMM row chunks are sized so that the A rows of one chunk (chunk * K
+# elements) stay in about 1 MiB of L2 next to the B panel; a multiple of 48 rows
+# keeps whole register tiles (MR = 6, 8, 12, 16 all divide 48).
+GEMM_CHUNK_BYTES = 1 << 20
+
+
+cdef Py_ssize_t _gemm_chunk(Py_ssize_t K, Py_ssize_t itemsize):
+    cdef Py_ssize_t rows = GEMM_CHUNK_BYTES // max(K * itemsize, 1)
+    return min(max(rows // 48 * 48, 48), 1536)
+
+
+def phase_taps(Py_ssize_t stride, Py_ssize_t kernel, Py_ssize_t dilation, Py_ssize_t pad_begin):
+    """(stride, 1 + kernel) table: per output phase r, the count of taps k with
+    (r + pad_begin - k*dilation) divisible by stride, then those k."""
+    table = np.zeros((stride, 1 + kernel), dtype=np.intp)
+    for r in range(stride):
+        taps = [k for k in range(kernel) if (r + pad_begin - k * dilation) % stride == 0]
+        table[r, 0] = len(taps)
+        table[r, 1:1 + len(taps)] = taps
+    return table
+
+
+def pack_deconv_phase(weight, geometry):
+    """Pack the (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase)."""
+    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_hw, geometry.stride, geometry.dilation
+    taps_y = phase_taps(sh, kh, dh, geometry.pad[0][0])
+    taps_x = phase_taps(sw, kw, dw, geometry.pad[1][0])
+    cig, cog = geometry.in_per_group, geometry.out_per_group
+    w = weight.reshape(geometry.groups, cig, kh, kw, cog)
+    arrays = []
+    for g in range(geometry.groups):
+        for ry in range(sh):
+            kys = taps_y[ry, 1:1 + taps_y[ry, 0]]
+            for rx in range(sw):
+                kxs = taps_x[rx, 1:1 + taps_x[rx, 0]]
+                sub = np.ascontiguousarray(w[g][:, kys][:, :, kxs].transpose(1, 2, 0, 3)).reshape(-1, cog)
+                arrays.append(_pack_dispatch(sub.reshape(-1), 0, sub.shape[0], cog, cog, 1))
+    return PackedWeights(arrays, taps_y, taps_x)
+
+
+def deconv_phase(x, PackedWeights packed, bias, geometry, y):
+    """y = conv_transpose2d(x) by stride-phase decomposition."""
+    if x.dtype == np.float32:
+        _deconv_phase[float](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
+    else:
+        _deconv_phase[double](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
+    return y
+
+
+cdef _deconv_phase(real[::1] x, PackedWeights packed, object bias, object geometry, real[::1] y):
+    cdef fd_geometry geo = _c_geometry(geometry)
+    cdef int threads = get_num_threads()
+    cdef Py_ssize_t sh = geo.stride_h, taps_max = geo.kernel_h * geo.kernel_w
+    cdef Py_ssize_t cig = geo.in_channels // geo.groups
+    cdef Py_ssize_t chunk = _gemm_chunk(taps_max * cig, sizeof(real))
+    # Units of work: (row phase, range of rows across the batch), about 4 per thread.
+    task_list = []
+    cdef Py_ssize_t ry, rows, per_task
+    for ry in range(min(sh, geo.out_h)):
+        rows = geo.batch * ((geo.out_h - ry + sh - 1) // sh)
+        per_task = max(1, _ceil_div(rows * sh, 4 * threads)) if threads > 1 else rows
+        task_list += [(ry, r0, min(r0 + per_task, rows)) for r0 in range(0, rows, per_task)]
+    cdef Py_ssize_t tasks = len(task_list)
+    if tasks == 0:
+        return
+    threads = min(threads, tasks)
+    task_array = np.array(task_list, dtype=np.intp)
+    cdef Py_ssize_t[:, ::1] task_view = task_array
+    zeros = np.zeros(max(cig, 1), dtype=np.asarray(x).dtype)
+    cdef real[::1] zero_view = zeros
+    pointers = np.empty((threads, chunk * (taps_max + 1)), dtype=np.intp)
+    status = np.zeros(tasks, dtype=np.intc)
+    cdef Py_ssize_t[:, ::1] ptr_view = pointers
+    cdef int[::1] status_view = status
+    cdef Py_ssize_t[:, ::1] taps_y = packed.taps_y
+    cdef Py_ssize_t[:, ::1] taps_x = packed.taps_x
+    cdef real[::1] bias_view = bias if bias is not None else None
+    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
+    cdef const real *const *w_table = <const real *const *>packed.table()
+    cdef Py_ssize_t task, tid
+    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
+        tid = threadid()
+        if real is float:
+            status_view[task] = fd_sdeconv_phase_rows(
+                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], w_table, bias_ptr, &y[0], task_view[task, 0],
+                task_view[task, 1], task_view[task, 2], &zero_view[0], chunk,
+                <const float **>&ptr_view[tid, 0], <float **>&ptr_view[tid, chunk * taps_max])
+        else:
+            status_view[task] = fd_ddeconv_phase_rows(
+                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], w_table, bias_ptr, &y[0], task_view[task, 0],
+                task_view[task, 1], task_view[task, 2], &zero_view[0], chunk,
+                <const double **>&ptr_view[tid, 0], <double **>&ptr_view[tid, chunk * taps_max])
+    _check(status, "deconv_phase")
+
+
+def pack_deconv_depthwise(weight, geometry):
+    """Reorder a (C_in, kH, kW, Cog) depthwise weight to (kH, kW, C_out), plus the phase tap tables."""
+    if geometry.in_per_group != 1:
+        raise ValueError(f"the depthwise algorithm needs groups == C_in, got groups={geometry.groups}, "
+                         f"C_in={geometry.in_channels}")
+    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_hw, geometry.stride, geometry.dilation
+    reordered = np.ascontiguousarray(weight.transpose(1, 2, 0, 3)).reshape(-1)
+    return PackedWeights([reordered], phase_taps(sh, kh, dh, geometry.pad[0][0]),
+                         phase_taps(sw, kw, dw, geometry.pad[1][0]))
+
+
+def deconv_depthwise(x, PackedWeights packed, bias, geometry, y):
+    """y = conv_transpose2d(x) for groups == C_in, by the direct depthwise kernel."""
+    if x.dtype == np.float32:
+        _deconv_depthwise[float](x.reshape(-1), packed.arrays[0], packed, bias, geometry, y.reshape(-1))
+    else:
+        _deconv_depthwise[double](x.reshape(-1), packed.arrays[0], packed, bias, geometry, y.reshape(-1))
+    return y
+
+
+cdef _deconv_depthwise(real[::1] x, real[::1] wr, PackedWeights packed, object bias, object geometry,
+                       real[::1] y):
+    cdef fd_geometry geo = _c_geometry(geometry)
+    cdef int threads = get_num_threads()
+    cdef Py_ssize_t rows = geo.batch * geo.out_h
+    cdef Py_ssize_t per_task = max(1, _ceil_div(rows, 4 * threads)) if threads > 1 else max(rows, 1)
+    cdef Py_ssize_t tasks = _ceil_div(rows, per_task)
+    if tasks == 0:
+        return
+    threads = min(threads, tasks)
+    status = np.zeros(tasks, dtype=np.intc)
+    cdef int[::1] status_view = status
+    cdef Py_ssize_t[:, ::1] taps_y = packed.taps_y
+    cdef Py_ssize_t[:, ::1] taps_x = packed.taps_x
+    cdef real[::1] bias_view = bias if bias is not None else None
+    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
+    cdef Py_ssize_t task
+    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
+        if real is float:
+            status_view[task] = fd_sdeconv_depthwise_rows(
+                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], &wr[0], bias_ptr, &y[0], task * per_task,
+                min((task + 1) * per_task, rows))
+        else:
+            status_view[task] = fd_ddeconv_depthwise_rows(
+                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], &wr[0], bias_ptr, &y[0], task * per_task,
+                min((task + 1) * per_task, rows))
+    _check(status, "deconv_depthwise")
