@@ -1,4 +1,4 @@
-/* AVX-512 indirect GEMM kernels (float: 12x32 / 16 tiles, double: 12x16 / 8 tiles).
+/* AVX-512 indirect GEMM kernels (float: 12x32 and 8x16 tiles, double: 8x16 and 8x8).
  * Compiled with baseline flags: only these functions carry the AVX-512 target
  * attribute, and fd_gemm_avx512_available() gates them at run time. */
 #include "gemm_internal.h"
@@ -33,7 +33,7 @@ int fd_gemm_avx512_available(void) {
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
 #define FD_WIDE_MR 12
 #define FD_WIDE_NV 2
-#define FD_NARROW_MR 12
+#define FD_NARROW_MR 8
 #define FD_NARROW_NV 1
 #include "gemm_simd.template.c"
 #undef FD_REAL
@@ -70,9 +70,9 @@ int fd_gemm_avx512_available(void) {
 #define FD_VFMA(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1u), (v))
-#define FD_WIDE_MR 12
+#define FD_WIDE_MR 8
 #define FD_WIDE_NV 2
-#define FD_NARROW_MR 12
+#define FD_NARROW_MR 8
 #define FD_NARROW_NV 1
 #include "gemm_simd.template.c"
 
