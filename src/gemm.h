@@ -24,11 +24,38 @@
  *   fd_?gemm_packed_size(K, N) = K * roundup(N, G). No alignment is required (the
  *   kernels use unaligned loads), though 64-byte aligned buffers are slightly faster.
  *
- * KERNELS (XNNPACK-style igemm: A broadcast straight from the row pointers, no A
- * packing; loop order: panel outer, m-block inner, so a panel stays in L1/L2)
- *   ISA       dtype  full panel tile  narrow (last G) tile
- *   avx512    f32    12 x 32 (24 zmm acc)   (see gemm_avx512.c)
- *   ...  (filled in with measurements below)
+ * KERNELS (XNNPACK-style igemm, gemm_simd.template.c): A is broadcast straight from
+ * the row pointers (no A packing), each k step loads one packed B row of the tile and
+ * does MR x NV FMAs into register accumulators. Loop order: panel outer, row tile
+ * inner, so one B panel (K x 32 floats = 128 B per k) is reused from L1/L2 by every
+ * row tile; when all of B fits in L2 but A does not, M is first cut into chunks of
+ * ~256 KiB of A (gemm_internal.h). N tails use masked loads/stores; M tails repeat the
+ * last row pointer (computed, never stored). Tiles chosen by measurement:
+ *   avx512 f32: 12 x 32 (24 zmm acc) on full panels, 8 x 16 on a 16-wide last panel
+ *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8
+ *   avx2   f32:  6 x 16 (12 ymm acc), a 32-wide panel = two tiles side by side
+ *   avx2   f64:  6 x 8
+ *   portable:    4 x 8 f32 / 4 x 4 f64 plain C arrays (GCC: SLP-vectorised, SSE2/NEON)
+ * Why P = 2 vectors: 2 B loads + MR broadcasts per 2*MR FMAs keeps the load ports far
+ * below the FMA rate, and two accumulator columns give enough independent chains;
+ * the 16-wide granule keeps N = 16 (1x1/2x2 deconvs with 4-16 channels) padding-free.
+ * Larger MR (14-28) measured slower (GPR pressure: one pointer per row).
+ *
+ * MEASURED (tests/c/build.sh bench; GFLOP/s, 1 thread, best of 5 interleaved runs,
+ * a_rows into an NHWC image, packing excluded). The machine turned out to be an
+ * AMD EPYC Zen 4 (AVX-512 on 2x256-bit FMA pipes, ~3.6 GHz): measured FMA peak
+ * 117 GFLOP/s f32 / 58 f64 for BOTH avx2 and avx512. numpy = OpenBLAS 0.3.31
+ * dense (M x K) @ (K x N), OPENBLAS_NUM_THREADS=1, best of 3 runs.
+ *   shape  M     N   T  Kc  | avx512 f32  f64 | avx2 f32  f64 | portable f32 f64 | numpy f32  f64
+ *   (a)  2048  256   4 512  |  112.5    56.8  |  108.4   53.8 |  35.5   15.3     | 100.3   48.3
+ *   (b)  4096   64   4 128  |  113.6    56.7  |  111.8   54.1 |  36.1   11.8     |  95.6   35.8
+ *   (c)  4096  512   1 256  |  101.0    51.6  |  105.0   48.2 |  33.8   13.4     | 100.6   48.9
+ *   (d) 16384   16   4  32  |  111.3    55.4  |  110.6   54.6 |  35.1   17.4     |  77.9   23.9
+ *   (e)  3136   64   9  64  |  113.8    57.2  |  112.4   55.2 |  36.8   17.8     |  96.6   35.8
+ *   (f)   128  256   4 512  |  112.7    57.4  |   98.0   51.3 |  35.6   15.9     | 101.8   48.1
+ *   (g)  2048    3   4  64  |   21.4    21.3  |   20.2   19.8 |  13.9   13.5     |  20.8    9.1
+ * (c) is the one below ~95% of peak: its 8 MiB of C leaves L2 (~105 with C in cache).
+ * (g) computes a 16-wide padded tile for 3 useful columns.
  */
 #ifndef FASTDECONV_GEMM_H
 #define FASTDECONV_GEMM_H
