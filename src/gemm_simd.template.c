@@ -33,9 +33,8 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
 #pragma GCC unroll 32
     for (i = 0; i < MR; i++) c[i] = c_rows[(size_t)i < mr ? (size_t)i : mr - 1] + n;
 
-    /* Start the C lines' ownership requests now; they complete under the FMAs.
-     * With accumulate, C is added at the end for the same reason (a load here
-     * would stall on those misses). */
+    /* Prefetch the tile's C lines now so their misses resolve under the FMAs. For
+     * the same reason accumulate adds C at the end instead of loading it here. */
 #pragma GCC unroll 32
     for (i = 0; i < MR; i++)
 #pragma GCC unroll 4
