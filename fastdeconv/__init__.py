@@ -11,10 +11,12 @@ from . import reference
 from ._api import conv2d, conv_transpose2d
 from ._config import get_num_threads, set_num_threads, show_config
 from ._params import conv2d_output_shape, conv_transpose2d_output_shape
+from ._plan import ConvTranspose2d
 
 __all__ = [
     "conv_transpose2d",
     "conv2d",
+    "ConvTranspose2d",
     "conv_transpose2d_output_shape",
     "conv2d_output_shape",
     "show_config",

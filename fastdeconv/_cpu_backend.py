@@ -1,9 +1,10 @@
-"""The CPU backend: chooses an algorithm per shape and runs the C kernels.
+"""The CPU backend: chooses an algorithm per layer and runs the C kernels.
 
-Every algorithm is a pair (pack, run) over the compiled shim ``_cpu``:
-``pack(weight, geometry)`` prepares the weights once, ``run(x, packed, bias,
-geometry, y)`` fills y. :func:`choose_deconv_algorithm` is the one place that
-decides which algorithm a transposed convolution uses.
+Each algorithm has a packing function in the compiled shim ``_cpu`` (weights
+prepared once per layer) and a C kernel in its own file in src/; a
+``_cpu.Runner`` binds packed weights to one input shape and runs the kernel on
+threads. :func:`choose_deconv_algorithm` is the one place that decides which
+algorithm a transposed convolution uses.
 """
 
 from __future__ import annotations
@@ -16,55 +17,72 @@ from . import _cpu
 from ._params import ConvGeometry
 from ._validate import Call, result_buffer
 
-# name -> (pack, run). Each algorithm lives in its own file in src/.
+# name -> packing function; the kernels are src/deconv_<name>.template.c and src/conv_im2col.template.c.
 DECONV_ALGORITHMS = {
-    "col2im": (_cpu.pack_deconv_col2im, _cpu.deconv_col2im),   # src/deconv_col2im.template.c
-    "phase": (_cpu.pack_deconv_phase, _cpu.deconv_phase),      # src/deconv_phase.template.c
-    "depthwise": (_cpu.pack_deconv_depthwise, _cpu.deconv_depthwise),  # src/deconv_depthwise.template.c
+    "col2im": _cpu.pack_deconv_col2im,     # GEMM into a column buffer, then scatter-add (the general baseline)
+    "phase": _cpu.pack_deconv_phase,       # one dense GEMM per stride phase, output written once
+    "depthwise": _cpu.pack_deconv_depthwise,  # direct kernel over channels, for one input channel per group
 }
-CONV_ALGORITHMS = {
-    "im2col": (_cpu.pack_conv_im2col, _cpu.conv_im2col),       # src/conv_im2col.template.c
-}
+CONV_ALGORITHMS = {"im2col": _cpu.pack_conv_im2col}
 
 ALGORITHM_ENV = "FASTDECONV_ALGORITHM"
 
 
+def supports(algorithm: str, geometry: ConvGeometry) -> bool:
+    """Whether an algorithm can run this layer (depthwise needs one input channel per group)."""
+    return algorithm != "depthwise" or geometry.in_per_group == 1
+
+
 def choose_deconv_algorithm(geometry: ConvGeometry) -> str:
-    """The algorithm for a transposed convolution: forced by $FASTDECONV_ALGORITHM, else by shape."""
+    """The algorithm for a transposed convolution layer.
+
+    $FASTDECONV_ALGORITHM forces one (for tests and benchmarks). Otherwise:
+
+    * one input channel per group (depthwise, with any channel multiplier): "depthwise". A GEMM
+      would have K = taps and N = C_out/groups, far too small; the direct kernel is bound by memory.
+    * few outputs per group (C_out/groups < 8) with a wider kernel: "col2im". The phase GEMM's
+      N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
+      keeps the GEMM efficient, and the scatter-add is cheap when C_out is small (dcgan4).
+    * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
+      every output once (no column buffer, no zero fill, no scatter-add).
+    """
     forced = os.environ.get(ALGORITHM_ENV)
     if forced:
         if forced not in DECONV_ALGORITHMS:
             raise ValueError(f"{ALGORITHM_ENV}={forced!r} is not one of {sorted(DECONV_ALGORITHMS)}")
-        return forced
-    return "col2im"
+        if supports(forced, geometry):
+            return forced
+    kh, kw = geometry.kernel_hw
+    if geometry.in_per_group == 1:
+        return "depthwise"
+    if geometry.out_per_group < 8 and kh * kw * geometry.out_per_group >= 16:
+        return "col2im"
+    return "phase"
 
 
-class PackedDeconv:
-    """Weights packed once for one algorithm; runs any input size with the same parameters."""
+class PackedLayer:
+    """One layer's weights packed for one algorithm and dtype; runs any input shape."""
 
-    def __init__(self, weight: np.ndarray, bias, geometry: ConvGeometry, algorithm: str | None = None,
-                 table=DECONV_ALGORITHMS, choose=choose_deconv_algorithm):
-        self.algorithm = algorithm or choose(geometry)
-        if self.algorithm not in table:
-            raise ValueError(f"algorithm must be one of {sorted(table)}, got {self.algorithm!r}")
-        pack, self._run = table[self.algorithm]
+    def __init__(self, weight: np.ndarray, bias, geometry: ConvGeometry, algorithm: str, table):
+        if algorithm not in table:
+            raise ValueError(f"algorithm must be one of {sorted(table)}, got {algorithm!r}")
+        if not supports(algorithm, geometry):
+            raise ValueError(f"algorithm {algorithm!r} cannot run this layer: it needs one input channel per "
+                             f"group, got C_in={geometry.in_channels}, groups={geometry.groups}")
+        self.algorithm = algorithm
         self.dtype = weight.dtype
-        self.packed = pack(np.ascontiguousarray(weight), geometry)
+        self.packed = table[algorithm](np.ascontiguousarray(weight), geometry)
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=self.dtype)
 
-    def run(self, x: np.ndarray, geometry: ConvGeometry, y: np.ndarray) -> np.ndarray:
-        """x: (N, H, W, C_in) in self.dtype, C-contiguous; y: the C-contiguous result buffer."""
-        if geometry.batch == 0:
-            return y
-        self._run(x, self.packed, self.bias, geometry, y)
-        return y
+    def runner(self, geometry: ConvGeometry) -> _cpu.Runner:
+        return _cpu.Runner(self.algorithm, self.packed, self.bias, geometry, self.dtype)
 
 
-def _run(call: Call, table, choose) -> np.ndarray:
+def _run(call: Call, algorithm: str, table) -> np.ndarray:
     dtype = call.compute_dtype
-    plan = PackedDeconv(np.asarray(call.weight, dtype=dtype), call.bias, call.geometry, table=table, choose=choose)
-    x = np.ascontiguousarray(call.x, dtype=dtype)
-    return plan.run(x, call.geometry, result_buffer(call))
+    layer = PackedLayer(np.asarray(call.weight, dtype=dtype), call.bias, call.geometry, algorithm, table)
+    y = result_buffer(call)
+    return layer.runner(call.geometry).run(np.ascontiguousarray(call.x, dtype=dtype), y)
 
 
 class CpuBackend:
@@ -72,8 +90,8 @@ class CpuBackend:
 
     @staticmethod
     def conv_transpose2d(call: Call) -> np.ndarray:
-        return _run(call, DECONV_ALGORITHMS, choose_deconv_algorithm)
+        return _run(call, choose_deconv_algorithm(call.geometry), DECONV_ALGORITHMS)
 
     @staticmethod
     def conv2d(call: Call) -> np.ndarray:
-        return _run(call, CONV_ALGORITHMS, lambda geometry: "im2col")
+        return _run(call, "im2col", CONV_ALGORITHMS)

@@ -15,6 +15,8 @@ import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange, threadid
 
+from libc.stdlib cimport malloc, calloc, free
+
 cnp.import_array()
 
 cdef extern from "threads.h" nogil:
@@ -75,12 +77,26 @@ ctypedef fused real:
     float
     double
 
-# Workspace bound per thread for the col2im column buffer: 1 MiB (it stays in the
-# 2 MiB L2), or one input row's columns (in_w * kH*kW*Cog elements) if that is larger.
+# Workspace bounds, per thread:
+# - col2im's column buffer: COL2IM_WORKSPACE_BYTES (it stays in the 2 MiB L2), or one
+#   input row's columns (in_w * kH*kW*Cog elements) if that is larger;
+# - indirect GEMMs (phase, im2col): chunk * (kH*kW + 1) pointers, where a chunk of output
+#   pixels is sized so that its A rows (chunk * K elements) fit in GEMM_CHUNK_BYTES of L2
+#   next to the B panel, in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48),
+#   between 48 and 1536 pixels.
 COL2IM_WORKSPACE_BYTES = 1 << 20
-# Output pixels per indirect-GEMM call in im2col: bounds the pointer buffers to
-# IM2COL_CHUNK_PIXELS * (kH*kW + 1) pointers per thread.
-IM2COL_CHUNK_PIXELS = 512
+GEMM_CHUNK_BYTES = 1 << 20
+# Below this many FLOPs a call runs on one thread: waking a second costs more than it saves.
+cdef long long _serial_flops = 400_000
+
+
+def set_serial_flops(long long flops):
+    """Calls below `flops` run on one thread; returns the previous value. Tests set 0 so that
+    tiny problems exercise the threaded paths."""
+    global _serial_flops
+    previous = _serial_flops
+    _serial_flops = flops
+    return previous
 
 cdef int _requested_threads = 0   # 0: follow OpenMP (OMP_NUM_THREADS)
 
@@ -198,121 +214,6 @@ cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     return (a + b - 1) // b
 
 
-cdef Py_ssize_t _bands_per_image(Py_ssize_t batch, Py_ssize_t rows, int threads):
-    """Split each image's output rows so that there are about 2 bands per thread."""
-    cdef Py_ssize_t want
-    if threads <= 1 or batch >= 2 * threads:
-        return 1
-    want = (2 * threads + batch - 1) // batch
-    return min(want, rows)
-
-
-def deconv_col2im(x, PackedWeights packed, bias, geometry, y):
-    """y = conv_transpose2d(x) by GEMM + col2im; x, y C-contiguous of one float dtype."""
-    if x.dtype == np.float32:
-        _deconv_col2im[float](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    else:
-        _deconv_col2im[double](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    return y
-
-
-cdef _deconv_col2im(real[::1] x, PackedWeights packed, object bias, object geometry, real[::1] y):
-    cdef fd_geometry geo = _c_geometry(geometry)
-    cdef int threads = get_num_threads()
-    cdef Py_ssize_t taps_cols = geo.kernel_h * geo.kernel_w * (geo.out_channels // geo.groups)
-    cdef Py_ssize_t col_pixels = max(geo.in_w, COL2IM_WORKSPACE_BYTES // (sizeof(real) * max(taps_cols, 1)))
-    cdef Py_ssize_t bands = _bands_per_image(geo.batch, geo.out_h, threads)
-    cdef Py_ssize_t band_rows = (geo.out_h + bands - 1) // bands
-    bands = (geo.out_h + band_rows - 1) // band_rows
-    cdef Py_ssize_t tasks = geo.batch * bands
-    if tasks == 0:
-        return
-    threads = min(threads, tasks)
-    col = np.empty((threads, col_pixels * taps_cols), dtype=np.asarray(x).dtype)
-    pointers = np.empty((threads, 2 * col_pixels), dtype=np.intp)
-    status = np.zeros(tasks, dtype=np.intc)
-    cdef real[:, ::1] col_view = col
-    cdef Py_ssize_t[:, ::1] ptr_view = pointers
-    cdef int[::1] status_view = status
-    cdef real[::1] bias_view = bias if bias is not None else None
-    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
-    cdef const real *const *w_table = <const real *const *>packed.table()
-    cdef Py_ssize_t task, n, oy0, oy1, tid
-    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
-        tid = threadid()
-        n = task // bands
-        oy0 = (task % bands) * band_rows
-        oy1 = min(oy0 + band_rows, geo.out_h)
-        if real is float:
-            status_view[task] = fd_sdeconv_col2im_band(
-                &geo, &x[0], w_table, bias_ptr, &y[0], n, oy0, oy1, &col_view[tid, 0], col_pixels,
-                <const float **>&ptr_view[tid, 0], <float **>&ptr_view[tid, col_pixels])
-        else:
-            status_view[task] = fd_ddeconv_col2im_band(
-                &geo, &x[0], w_table, bias_ptr, &y[0], n, oy0, oy1, &col_view[tid, 0], col_pixels,
-                <const double **>&ptr_view[tid, 0], <double **>&ptr_view[tid, col_pixels])
-    _check(status, "deconv_col2im")
-
-
-def conv_im2col(x, PackedWeights packed, bias, geometry, y):
-    """y = conv2d(x) by im2col (an indirection buffer) + GEMM."""
-    if x.dtype == np.float32:
-        _conv_im2col[float](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    else:
-        _conv_im2col[double](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    return y
-
-
-cdef _conv_im2col(real[::1] x, PackedWeights packed, object bias, object geometry, real[::1] y):
-    cdef fd_geometry geo = _c_geometry(geometry)
-    cdef int threads = get_num_threads()
-    cdef Py_ssize_t taps = geo.kernel_h * geo.kernel_w
-    cdef Py_ssize_t chunk = IM2COL_CHUNK_PIXELS
-    cdef Py_ssize_t bands = _bands_per_image(geo.batch, geo.out_h, threads)
-    cdef Py_ssize_t band_rows = (geo.out_h + bands - 1) // bands
-    bands = (geo.out_h + band_rows - 1) // band_rows
-    cdef Py_ssize_t tasks = geo.batch * bands
-    if tasks == 0:
-        return
-    threads = min(threads, tasks)
-    zeros = np.zeros(max(geo.in_channels // geo.groups, 1), dtype=np.asarray(x).dtype)
-    cdef real[::1] zero_view = zeros
-    pointers = np.empty((threads, chunk * (taps + 1)), dtype=np.intp)
-    status = np.zeros(tasks, dtype=np.intc)
-    cdef Py_ssize_t[:, ::1] ptr_view = pointers
-    cdef int[::1] status_view = status
-    cdef real[::1] bias_view = bias if bias is not None else None
-    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
-    cdef const real *const *w_table = <const real *const *>packed.table()
-    cdef Py_ssize_t task, n, oy0, oy1, tid
-    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
-        tid = threadid()
-        n = task // bands
-        oy0 = (task % bands) * band_rows
-        oy1 = min(oy0 + band_rows, geo.out_h)
-        if real is float:
-            status_view[task] = fd_sconv_im2col_band(
-                &geo, &x[0], w_table, bias_ptr, &y[0], n, oy0, oy1, &zero_view[0], chunk,
-                <const float **>&ptr_view[tid, 0], <float **>&ptr_view[tid, chunk * taps])
-        else:
-            status_view[task] = fd_dconv_im2col_band(
-                &geo, &x[0], w_table, bias_ptr, &y[0], n, oy0, oy1, &zero_view[0], chunk,
-                <const double **>&ptr_view[tid, 0], <double **>&ptr_view[tid, chunk * taps])
-    _check(status, "conv_im2col")
-
-
-cdef _check(status, str kernel):
-    bad = status[status != 0]
-    if bad.size:
-        raise RuntimeError(f"fastdeconv kernel {kernel} failed with status {int(bad[0])} (a bug: please report it)")
-
-
-# Indirect-GEMM row chunks are sized so that the A rows of one chunk (chunk * K
-# elements) stay in about 1 MiB of L2 next to the B panel; a multiple of 48 rows
-# keeps whole register tiles (MR = 6, 8, 12, 16 all divide 48).
-GEMM_CHUNK_BYTES = 1 << 20
-
-
 cdef Py_ssize_t _gemm_chunk(Py_ssize_t K, Py_ssize_t itemsize):
     cdef Py_ssize_t rows = GEMM_CHUNK_BYTES // max(K * itemsize, 1)
     return min(max(rows // 48 * 48, 48), 1536)
@@ -347,61 +248,6 @@ def pack_deconv_phase(weight, geometry):
     return PackedWeights(arrays, taps_y, taps_x)
 
 
-def deconv_phase(x, PackedWeights packed, bias, geometry, y):
-    """y = conv_transpose2d(x) by stride-phase decomposition."""
-    if x.dtype == np.float32:
-        _deconv_phase[float](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    else:
-        _deconv_phase[double](x.reshape(-1), packed, bias, geometry, y.reshape(-1))
-    return y
-
-
-cdef _deconv_phase(real[::1] x, PackedWeights packed, object bias, object geometry, real[::1] y):
-    cdef fd_geometry geo = _c_geometry(geometry)
-    cdef int threads = get_num_threads()
-    cdef Py_ssize_t sh = geo.stride_h, taps_max = geo.kernel_h * geo.kernel_w
-    cdef Py_ssize_t cig = geo.in_channels // geo.groups
-    cdef Py_ssize_t chunk = _gemm_chunk(taps_max * cig, sizeof(real))
-    # Units of work: (row phase, range of rows across the batch), about 4 per thread.
-    task_list = []
-    cdef Py_ssize_t ry, rows, per_task
-    for ry in range(min(sh, geo.out_h)):
-        rows = geo.batch * ((geo.out_h - ry + sh - 1) // sh)
-        per_task = max(1, _ceil_div(rows * sh, 4 * threads)) if threads > 1 else rows
-        task_list += [(ry, r0, min(r0 + per_task, rows)) for r0 in range(0, rows, per_task)]
-    cdef Py_ssize_t tasks = len(task_list)
-    if tasks == 0:
-        return
-    threads = min(threads, tasks)
-    task_array = np.array(task_list, dtype=np.intp)
-    cdef Py_ssize_t[:, ::1] task_view = task_array
-    zeros = np.zeros(max(cig, 1), dtype=np.asarray(x).dtype)
-    cdef real[::1] zero_view = zeros
-    pointers = np.empty((threads, chunk * (taps_max + 1)), dtype=np.intp)
-    status = np.zeros(tasks, dtype=np.intc)
-    cdef Py_ssize_t[:, ::1] ptr_view = pointers
-    cdef int[::1] status_view = status
-    cdef Py_ssize_t[:, ::1] taps_y = packed.taps_y
-    cdef Py_ssize_t[:, ::1] taps_x = packed.taps_x
-    cdef real[::1] bias_view = bias if bias is not None else None
-    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
-    cdef const real *const *w_table = <const real *const *>packed.table()
-    cdef Py_ssize_t task, tid
-    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
-        tid = threadid()
-        if real is float:
-            status_view[task] = fd_sdeconv_phase_rows(
-                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], w_table, bias_ptr, &y[0], task_view[task, 0],
-                task_view[task, 1], task_view[task, 2], &zero_view[0], chunk,
-                <const float **>&ptr_view[tid, 0], <float **>&ptr_view[tid, chunk * taps_max])
-        else:
-            status_view[task] = fd_ddeconv_phase_rows(
-                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], w_table, bias_ptr, &y[0], task_view[task, 0],
-                task_view[task, 1], task_view[task, 2], &zero_view[0], chunk,
-                <const double **>&ptr_view[tid, 0], <double **>&ptr_view[tid, chunk * taps_max])
-    _check(status, "deconv_phase")
-
-
 def pack_deconv_depthwise(weight, geometry):
     """Reorder a (C_in, kH, kW, Cog) depthwise weight to (kH, kW, C_out), plus the phase tap tables."""
     if geometry.in_per_group != 1:
@@ -413,39 +259,192 @@ def pack_deconv_depthwise(weight, geometry):
                          phase_taps(sw, kw, dw, geometry.pad[1][0]))
 
 
-def deconv_depthwise(x, PackedWeights packed, bias, geometry, y):
-    """y = conv_transpose2d(x) for groups == C_in, by the direct depthwise kernel."""
-    if x.dtype == np.float32:
-        _deconv_depthwise[float](x.reshape(-1), packed.arrays[0], packed, bias, geometry, y.reshape(-1))
-    else:
-        _deconv_depthwise[double](x.reshape(-1), packed.arrays[0], packed, bias, geometry, y.reshape(-1))
-    return y
+
+# ---------------------------------------------------------------------------------------------
+# Running: a Runner binds packed weights to one geometry (one input shape), cuts the output
+# into tasks and runs them on threads. It is built once per input shape (the plan object
+# caches it), so a call only allocates the per-thread workspace and runs.
+
+cdef enum Kind:
+    KIND_COL2IM, KIND_PHASE, KIND_DEPTHWISE, KIND_IM2COL
+
+_KINDS = {"col2im": KIND_COL2IM, "phase": KIND_PHASE, "depthwise": KIND_DEPTHWISE, "im2col": KIND_IM2COL}
 
 
-cdef _deconv_depthwise(real[::1] x, real[::1] wr, PackedWeights packed, object bias, object geometry,
-                       real[::1] y):
-    cdef fd_geometry geo = _c_geometry(geometry)
-    cdef int threads = get_num_threads()
-    cdef Py_ssize_t rows = geo.batch * geo.out_h
-    cdef Py_ssize_t per_task = max(1, _ceil_div(rows, 4 * threads)) if threads > 1 else max(rows, 1)
-    cdef Py_ssize_t tasks = _ceil_div(rows, per_task)
-    if tasks == 0:
-        return
-    threads = min(threads, tasks)
-    status = np.zeros(tasks, dtype=np.intc)
-    cdef int[::1] status_view = status
-    cdef Py_ssize_t[:, ::1] taps_y = packed.taps_y
-    cdef Py_ssize_t[:, ::1] taps_x = packed.taps_x
-    cdef real[::1] bias_view = bias if bias is not None else None
-    cdef const real *bias_ptr = &bias_view[0] if bias is not None else NULL
-    cdef Py_ssize_t task
-    for task in prange(tasks, nogil=True, num_threads=threads, schedule="dynamic"):
-        if real is float:
-            status_view[task] = fd_sdeconv_depthwise_rows(
-                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], &wr[0], bias_ptr, &y[0], task * per_task,
-                min((task + 1) * per_task, rows))
+def _band_tasks(Py_ssize_t batch, Py_ssize_t rows, int threads):
+    """(n, row_begin, row_end) tasks over each image's output rows; about 2 per thread."""
+    cdef Py_ssize_t bands = 1
+    if batch == 0:
+        return []
+    if threads > 1 and batch < 2 * threads:
+        bands = min(_ceil_div(2 * threads, batch), rows)
+    cdef Py_ssize_t band_rows = _ceil_div(rows, bands)
+    return [(n, r0, min(r0 + band_rows, rows)) for n in range(batch) for r0 in range(0, rows, band_rows)]
+
+
+def _row_range_tasks(Py_ssize_t rows, int threads, Py_ssize_t phase=0, Py_ssize_t split=1):
+    """(phase, row_begin, row_end) tasks over `rows` rows; about 4 per thread overall, where the
+    rows are one of `split` equal parts of the work."""
+    cdef Py_ssize_t per_task = max(1, _ceil_div(rows * split, 4 * threads)) if threads > 1 else max(rows, 1)
+    return [(phase, r0, min(r0 + per_task, rows)) for r0 in range(0, rows, per_task)]
+
+
+cdef class Runner:
+    """One algorithm, bound to packed weights and one geometry, ready to run."""
+    cdef fd_geometry geo
+    cdef Kind kind
+    cdef bint is_double
+    cdef readonly str algorithm
+    cdef readonly int threads
+    cdef PackedWeights packed
+    cdef object bias, zeros, task_array, taps_y, taps_x
+    cdef Py_ssize_t ntasks, chunk, ws_reals, ws_pointers
+
+    def __init__(self, str algorithm, PackedWeights packed, bias, geometry, dtype):
+        self.algorithm = algorithm
+        self.kind = _KINDS[algorithm]
+        self.is_double = np.dtype(dtype) == np.float64
+        self.packed = packed
+        self.bias = bias
+        self.geo = _c_geometry(geometry)
+        cdef Py_ssize_t itemsize = 8 if self.is_double else 4
+        cdef Py_ssize_t cig = self.geo.in_channels // self.geo.groups
+        cdef Py_ssize_t taps = self.geo.kernel_h * self.geo.kernel_w
+        cdef Py_ssize_t taps_cols = taps * (self.geo.out_channels // self.geo.groups)
+        cdef int threads = 1 if geometry.flops < _serial_flops else get_num_threads()
+        self.zeros = np.zeros(max(cig, 1), dtype=dtype)
+        self.taps_y, self.taps_x = packed.taps_y, packed.taps_x
+        self.ws_reals = 0
+        self.ws_pointers = 0
+        self.chunk = 0
+        if self.kind == KIND_COL2IM:
+            tasks = _band_tasks(self.geo.batch, self.geo.out_h, threads)
+            self.chunk = max(self.geo.in_w, COL2IM_WORKSPACE_BYTES // (itemsize * max(taps_cols, 1)))
+            self.ws_reals = self.chunk * taps_cols
+            self.ws_pointers = 2 * self.chunk
+        elif self.kind == KIND_IM2COL:
+            tasks = _band_tasks(self.geo.batch, self.geo.out_h, threads)
+            self.chunk = _gemm_chunk(taps * cig, itemsize)
+            self.ws_pointers = self.chunk * (taps + 1)
+        elif self.kind == KIND_PHASE:
+            tasks = []
+            for ry in range(min(self.geo.stride_h, self.geo.out_h)):
+                rows = self.geo.batch * _ceil_div(self.geo.out_h - ry, self.geo.stride_h)
+                tasks += _row_range_tasks(rows, threads, ry, self.geo.stride_h)
+            self.chunk = _gemm_chunk(taps * cig, itemsize)
+            self.ws_pointers = self.chunk * (taps + 1)
         else:
-            status_view[task] = fd_ddeconv_depthwise_rows(
-                &geo, &taps_y[0, 0], &taps_x[0, 0], &x[0], &wr[0], bias_ptr, &y[0], task * per_task,
-                min((task + 1) * per_task, rows))
-    _check(status, "deconv_depthwise")
+            tasks = _row_range_tasks(self.geo.batch * self.geo.out_h, threads)
+        if self.geo.batch == 0:
+            tasks = []
+        self.ntasks = len(tasks)
+        self.threads = max(1, min(threads, self.ntasks))
+        self.task_array = np.array(tasks, dtype=np.intp).reshape(-1, 3)
+
+    def run(self, x, y):
+        """Fill y (C-contiguous, the runner's dtype and geometry) from x (C-contiguous)."""
+        if self.ntasks == 0:
+            return y
+        cdef Py_ssize_t ws_bytes = self.ws_reals * (8 if self.is_double else 4) + self.ws_pointers * sizeof(void *)
+        cdef char *workspace = <char *>malloc(max(ws_bytes, 1) * self.threads)
+        if workspace == NULL:
+            raise MemoryError(f"could not allocate {ws_bytes * self.threads} bytes of workspace")
+        cdef int *status = <int *>calloc(self.ntasks, sizeof(int))
+        if status == NULL:
+            free(workspace)
+            raise MemoryError("could not allocate the task status array")
+        cdef RunArgs args
+        args.geo = &self.geo
+        args.kind = self.kind
+        args.is_double = self.is_double
+        args.x = cnp.PyArray_DATA(x)
+        args.y = cnp.PyArray_DATA(y)
+        args.bias = cnp.PyArray_DATA(self.bias) if self.bias is not None else NULL
+        args.zeros = cnp.PyArray_DATA(self.zeros)
+        args.weights = self.packed.table()
+        args.taps_y = <const Py_ssize_t *>cnp.PyArray_DATA(self.taps_y) if self.taps_y is not None else NULL
+        args.taps_x = <const Py_ssize_t *>cnp.PyArray_DATA(self.taps_x) if self.taps_x is not None else NULL
+        args.tasks = <const Py_ssize_t *>cnp.PyArray_DATA(self.task_array)
+        args.chunk = self.chunk
+        args.ws_reals = self.ws_reals
+        args.ws_bytes = ws_bytes
+        args.workspace = workspace
+        cdef Py_ssize_t task, failed = -1
+        cdef int code = 0
+        with nogil:
+            if self.threads == 1:
+                for task in range(self.ntasks):
+                    status[task] = _run_task(&args, task, 0)
+            else:
+                for task in prange(self.ntasks, num_threads=self.threads, schedule="dynamic"):
+                    status[task] = _run_task(&args, task, threadid())
+            for task in range(self.ntasks):
+                if status[task] != 0 and failed < 0:
+                    failed = task
+                    code = status[task]
+        free(workspace)
+        free(status)
+        if failed >= 0:
+            raise RuntimeError(f"fastdeconv kernel {self.algorithm} failed with status {code} on task "
+                               f"{failed} (a bug: please report it)")
+        return y
+
+
+cdef struct RunArgs:
+    const fd_geometry *geo
+    Kind kind
+    bint is_double
+    const void *x
+    void *y
+    const void *bias
+    const void *zeros
+    const void *const *weights
+    const Py_ssize_t *taps_y
+    const Py_ssize_t *taps_x
+    const Py_ssize_t *tasks
+    Py_ssize_t chunk, ws_reals, ws_bytes
+    char *workspace
+
+
+cdef int _run_task(const RunArgs *a, Py_ssize_t task, int tid) noexcept nogil:
+    """Run one task on this thread's slice of the workspace."""
+    cdef const Py_ssize_t *t = a.tasks + 3 * task
+    cdef char *ws = a.workspace + tid * a.ws_bytes
+    cdef Py_ssize_t reals_bytes = a.ws_reals * (8 if a.is_double else 4)
+    cdef void **pointers = <void **>(ws + reals_bytes)
+    cdef Py_ssize_t taps = a.geo.kernel_h * a.geo.kernel_w
+    if a.kind == KIND_COL2IM:
+        if a.is_double:
+            return fd_ddeconv_col2im_band(a.geo, <const double *>a.x, <const double *const *>a.weights,
+                                          <const double *>a.bias, <double *>a.y, t[0], t[1], t[2], <double *>ws,
+                                          a.chunk, <const double **>pointers, <double **>(pointers + a.chunk))
+        return fd_sdeconv_col2im_band(a.geo, <const float *>a.x, <const float *const *>a.weights,
+                                      <const float *>a.bias, <float *>a.y, t[0], t[1], t[2], <float *>ws,
+                                      a.chunk, <const float **>pointers, <float **>(pointers + a.chunk))
+    if a.kind == KIND_PHASE:
+        if a.is_double:
+            return fd_ddeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const double *>a.x,
+                                         <const double *const *>a.weights, <const double *>a.bias, <double *>a.y,
+                                         t[0], t[1], t[2], <const double *>a.zeros, a.chunk,
+                                         <const double **>pointers, <double **>(pointers + a.chunk * taps))
+        return fd_sdeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const float *>a.x,
+                                     <const float *const *>a.weights, <const float *>a.bias, <float *>a.y,
+                                     t[0], t[1], t[2], <const float *>a.zeros, a.chunk,
+                                     <const float **>pointers, <float **>(pointers + a.chunk * taps))
+    if a.kind == KIND_DEPTHWISE:
+        if a.is_double:
+            return fd_ddeconv_depthwise_rows(a.geo, a.taps_y, a.taps_x, <const double *>a.x,
+                                             (<const double *const *>a.weights)[0], <const double *>a.bias,
+                                             <double *>a.y, t[1], t[2])
+        return fd_sdeconv_depthwise_rows(a.geo, a.taps_y, a.taps_x, <const float *>a.x,
+                                         (<const float *const *>a.weights)[0], <const float *>a.bias,
+                                         <float *>a.y, t[1], t[2])
+    if a.is_double:
+        return fd_dconv_im2col_band(a.geo, <const double *>a.x, <const double *const *>a.weights,
+                                    <const double *>a.bias, <double *>a.y, t[0], t[1], t[2],
+                                    <const double *>a.zeros, a.chunk, <const double **>pointers,
+                                    <double **>(pointers + a.chunk * taps))
+    return fd_sconv_im2col_band(a.geo, <const float *>a.x, <const float *const *>a.weights,
+                                <const float *>a.bias, <float *>a.y, t[0], t[1], t[2],
+                                <const float *>a.zeros, a.chunk, <const float **>pointers,
+                                <float **>(pointers + a.chunk * taps))
