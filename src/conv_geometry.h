@@ -23,6 +23,9 @@
 #define FD_RESTRICT __restrict__
 #endif
 
+/* Largest kernel side the phase kernels accept (per-phase tap tables live on the stack). */
+#define FD_MAX_PHASE_TAPS 256
+
 enum { FD_OK = 0, FD_ERR_ARGUMENT = -1, FD_ERR_WORKSPACE = -2 };
 
 typedef struct {

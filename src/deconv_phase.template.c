@@ -39,29 +39,39 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
 
     const ptrdiff_t *ky_list = taps_y + ry * (1 + kH) + 1;
     const ptrdiff_t Ty = ky_list[-1];
+    /* Input row of tap ty for output row oy = ry + jy*sH is jy + base_y[ty] (likewise columns):
+       precomputed so that building the indirection buffer needs no division per tap. */
+    ptrdiff_t base_y[FD_MAX_PHASE_TAPS], base_x[FD_MAX_PHASE_TAPS];
+    if (Ty > FD_MAX_PHASE_TAPS || kW > FD_MAX_PHASE_TAPS) return FD_ERR_ARGUMENT;
+    for (ptrdiff_t ty = 0; ty < Ty; ty++) base_y[ty] = (ry + geo->pad_top - ky_list[ty] * dH) / sH;
     for (ptrdiff_t g = 0; g < G; g++) {
         const FD_REAL *g_bias = bias ? bias + g * Cog : NULL;
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
             const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
             const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
             const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
+            for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
             const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx];
             const ptrdiff_t first = row_begin * Jx, last = row_end * Jx;   /* pixels of this phase */
+            /* position of pixel `first`: image n, phase row jy, phase column jx */
+            ptrdiff_t jx = first % Jx, n = (first / Jx) / Jy, jy = (first / Jx) % Jy;
             for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
                 const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
                 for (ptrdiff_t m = 0; m < M; m++) {
-                    const ptrdiff_t r = (p0 + m) / Jx, j = (p0 + m) % Jx;
-                    const ptrdiff_t n = r / Jy, oy = ry + (r % Jy) * sH, ox = rx + j * sW;
-                    c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog;
+                    const FD_REAL *x_image = x + n * H * W * Cin + g * Cig;
+                    c_rows[m] = y + ((n * Ho + ry + jy * sH) * Wo + rx + jx * sW) * Cout + g * Cog;
                     const FD_REAL **a = a_rows + m * T;
                     for (ptrdiff_t ty = 0; ty < Ty; ty++) {
-                        /* a multiple of sH by the choice of taps, so the division is exact */
-                        const ptrdiff_t num_y = oy + geo->pad_top - ky_list[ty] * dH, iy = num_y / sH;
+                        const ptrdiff_t iy = jy + base_y[ty];
+                        const int row_inside = iy >= 0 && iy < H;
                         for (ptrdiff_t tx = 0; tx < Tx; tx++) {
-                            const ptrdiff_t num_x = ox + geo->pad_left - kx_list[tx] * dW, ix = num_x / sW;
-                            const int inside = num_y >= 0 && iy < H && num_x >= 0 && ix < W;
-                            a[ty * Tx + tx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : zeros;
+                            const ptrdiff_t ix = jx + base_x[tx];
+                            a[ty * Tx + tx] = (row_inside && ix >= 0 && ix < W) ? x_image + (iy * W + ix) * Cin : zeros;
                         }
+                    }
+                    if (++jx == Jx) {
+                        jx = 0;
+                        if (++jy == Jy) { jy = 0; n++; }
                     }
                 }
                 if (T == 0 || Cig == 0) {
