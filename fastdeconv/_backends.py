@@ -1,10 +1,26 @@
-"""The backends behind conv_transpose2d/conv2d, and the choice for backend="auto"."""
+"""The backends behind conv_transpose2d/conv2d, the choice for backend="auto", and :func:`backends`.
+
+* "cpu": the C kernels (:mod:`fastdeconv._cpu_backend`);
+* "reference": the plain numpy oracle (:mod:`fastdeconv.reference`);
+* "mps": Metal Performance Shaders Graph on macOS (:mod:`fastdeconv.metal`);
+* "mps-cnn": MPSCNN kernels + fastdeconv's own Metal kernel on macOS (:mod:`fastdeconv.metal`);
+* "auto": "mps" when it is available, the dtype is float32/float16 and the call's FLOPs reach
+  :func:`fastdeconv.metal.mps_min_flops` (an unmeasured default, see the README); "cpu" otherwise.
+
+The Metal backends raise RuntimeError with the reason when they cannot run here (Linux, no
+PyObjC, no Metal device); they never fall back to the CPU silently.
+"""
 
 from __future__ import annotations
 
-from . import reference
+from typing import NamedTuple
+
+import numpy as np
+
+from . import metal, reference
 from ._cpu_backend import CpuBackend
 from ._validate import Call
+from .metal.backend import MPS, MPS_CNN
 
 
 class ReferenceBackend:
@@ -21,17 +37,50 @@ class ReferenceBackend:
         return reference.conv2d_geometry(call.x, call.weight, call.bias, call.geometry)
 
 
-class MpsUnavailable:
-    name = "mps"
+_METAL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+class AutoBackend:
+    """backend="auto": decides per call (see the module docstring)."""
+
+    name = "auto"
 
     @staticmethod
-    def _fail(call):
-        raise RuntimeError("backend='mps' is not available: the Metal backend is not part of this build")
+    def choose(call: Call):
+        """The backend object this call runs on."""
+        if (call.dtype in _METAL_DTYPES and call.geometry.flops >= metal.mps_min_flops()
+                and metal.status("mps").available):
+            return MPS
+        return CpuBackend
 
-    conv_transpose2d = conv2d = _fail
+    @staticmethod
+    def conv_transpose2d(call: Call):
+        return AutoBackend.choose(call).conv_transpose2d(call)
+
+    @staticmethod
+    def conv2d(call: Call):
+        return AutoBackend.choose(call).conv2d(call)
 
 
-_BACKENDS = {"cpu": CpuBackend, "reference": ReferenceBackend, "mps": MpsUnavailable}
+_BACKENDS = {"cpu": CpuBackend, "reference": ReferenceBackend, "mps": MPS, "mps-cnn": MPS_CNN}
+
+
+class BackendInfo(NamedTuple):
+    """One row of :func:`backends`."""
+
+    name: str
+    available: bool
+    reason: str
+
+
+def backends() -> list[BackendInfo]:
+    """Every backend= value except "auto", whether it can run here, and why (not)."""
+    rows = [BackendInfo("cpu", True, "C kernels (fastdeconv._cpu)"),
+            BackendInfo("reference", True, "plain numpy oracle (fastdeconv.reference)")]
+    for name, backend in (("mps", MPS), ("mps-cnn", MPS_CNN)):
+        state = backend.status()
+        rows.append(BackendInfo(name, state.available, state.reason))
+    return rows
 
 
 def get(name):
@@ -39,7 +88,7 @@ def get(name):
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, got {name!r}")
     if name == "auto":
-        return CpuBackend
+        return AutoBackend
     try:
         return _BACKENDS[name]
     except KeyError:

@@ -1,0 +1,129 @@
+"""The Metal backends: backend="mps" (MPSGraph) and backend="mps-cnn" (MPSCNN + fastdeconv's own kernel).
+
+Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``) is
+imported the first time a Metal backend runs or :func:`status` is asked on macOS.
+
+* :mod:`.plan` — what is sent to Metal (pure Python, any platform);
+* :mod:`.executors` — numpy execution of a plan under the documented semantics (any platform);
+* :mod:`.pyobjc_layer` — the Metal calls (macOS);
+* :mod:`.backend` — the backend objects behind ``backend="mps"`` / ``"mps-cnn"``, and per-layer state.
+
+backend="auto" uses "mps" when :func:`status` says it is available, the dtype is float32/float16 and
+the call's FLOPs reach :func:`mps_min_flops` (default :data:`DEFAULT_MPS_MIN_FLOPS`; **unmeasured**, see
+the README), overridable with ``$FASTDECONV_MPS_MIN_FLOPS`` or :func:`set_mps_min_flops`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+from dataclasses import dataclass
+
+__all__ = ["MetalStatus", "status", "mps_min_flops", "set_mps_min_flops", "DEFAULT_MPS_MIN_FLOPS",
+           "MPS_MIN_FLOPS_ENV"]
+
+MPS_MIN_FLOPS_ENV = "FASTDECONV_MPS_MIN_FLOPS"
+ALLOW_PARAVIRTUAL_ENV = "FASTDECONV_ALLOW_PARAVIRTUAL"
+#: 1 GFLOP: a guess, not a measurement (no Mac was available to calibrate). At ~0.1–0.5 ms fixed cost
+#: per GPU dispatch (command buffer + copies) and ~50–100 GFLOP/s on the CPU backend, the GPU cannot
+#: win below ~10⁷–10⁸ FLOPs; 10⁹ leaves margin until a Mac measurement replaces it.
+DEFAULT_MPS_MIN_FLOPS = 1_000_000_000
+_min_flops_override: int | None = None
+
+_PATH_FRAMEWORKS = {
+    "mps": ("Metal", "MetalPerformanceShadersGraph", "MetalPerformanceShaders"),
+    "mps-cnn": ("Metal", "MetalPerformanceShaders"),
+}
+_MIN_MACOS = {"mps": (11, 0), "mps-cnn": (10, 13)}
+
+
+@dataclass(frozen=True)
+class MetalStatus:
+    """Whether a Metal backend can run here; ``reason`` says why not (or names the device)."""
+
+    available: bool
+    reason: str
+
+
+def _macos_version():
+    release = platform.mac_ver()[0]
+    try:
+        return tuple(int(part) for part in release.split(".")[:2]) if release else None
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def status(path: str = "mps") -> MetalStatus:
+    """Availability of ``path`` ("mps" or "mps-cnn") on this machine, probed once per process.
+
+    Checks, in order: macOS; the macOS version (MPSGraph's convolution ops need 11.0, MPSCNN 10.13);
+    the PyObjC framework wrappers; a Metal device (``MTLCreateSystemDefaultDevice``); MPS support for
+    it (``MPSSupportsMTLDevice``); not a virtual machine's "Apple Paravirtual device" unless
+    ``$FASTDECONV_ALLOW_PARAVIRTUAL=1`` (GitHub documents that MPS is not supported on its arm64 macOS
+    runners). Never raises: any failure becomes the reason.
+    """
+    if path not in _PATH_FRAMEWORKS:
+        raise ValueError(f"path must be 'mps' or 'mps-cnn', got {path!r}")
+    if sys.platform != "darwin":
+        return MetalStatus(False, f"Metal needs macOS; this is {platform.system() or sys.platform} ({sys.platform})")
+    version = _macos_version()
+    if version is not None and version < _MIN_MACOS[path]:
+        need = ".".join(map(str, _MIN_MACOS[path]))
+        return MetalStatus(False, f"backend {path!r} needs macOS {need}+, this is macOS {platform.mac_ver()[0]}")
+    modules = {}
+    for name in _PATH_FRAMEWORKS[path]:
+        try:
+            modules[name] = __import__(name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is a reason, never a crash
+            return MetalStatus(False, f"the PyObjC wrapper {name!r} cannot be imported ({exc}); "
+                                      "install it with: pip install 'fastdeconv[metal]'")
+    try:
+        device = modules["Metal"].MTLCreateSystemDefaultDevice()
+    except Exception as exc:  # noqa: BLE001
+        return MetalStatus(False, f"MTLCreateSystemDefaultDevice() failed: {exc}")
+    if device is None:
+        return MetalStatus(False, "MTLCreateSystemDefaultDevice() returned nil: no Metal device")
+    try:
+        supported = bool(modules["MetalPerformanceShaders"].MPSSupportsMTLDevice(device))
+    except Exception as exc:  # noqa: BLE001
+        return MetalStatus(False, f"MPSSupportsMTLDevice() failed: {exc}")
+    if not supported:
+        return MetalStatus(False, f"Metal Performance Shaders does not support the device {device.name()}")
+    name = str(device.name())
+    if "paravirtual" in name.lower() and os.environ.get(ALLOW_PARAVIRTUAL_ENV) != "1":
+        return MetalStatus(False, (
+            f"the Metal device is {name!r}, a virtual machine's GPU (e.g. GitHub's hosted macOS runners, whose "
+            "documentation says Metal Performance Shaders is not supported there); set "
+            f"{ALLOW_PARAVIRTUAL_ENV}=1 to use it anyway"))
+    return MetalStatus(True, f"Metal device {name}")
+
+
+def mps_min_flops() -> int:
+    """backend="auto"'s threshold: :func:`set_mps_min_flops`'s value, else ``$FASTDECONV_MPS_MIN_FLOPS``,
+    else :data:`DEFAULT_MPS_MIN_FLOPS` (unmeasured)."""
+    if _min_flops_override is not None:
+        return _min_flops_override
+    raw = os.environ.get(MPS_MIN_FLOPS_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MPS_MIN_FLOPS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value != value or value == float("inf"):
+        raise ValueError(f"{MPS_MIN_FLOPS_ENV} must be a number of FLOPs >= 0 (e.g. 1e9), got {raw!r}")
+    return int(value)
+
+
+def set_mps_min_flops(value: int | float | None) -> None:
+    """Set backend="auto"'s MPS threshold (FLOPs, >= 0); None returns to the environment/default."""
+    global _min_flops_override
+    if value is None:
+        _min_flops_override = None
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise ValueError(f"value must be a number of FLOPs >= 0 or None, got {value!r}")
+    _min_flops_override = int(value)

@@ -1,0 +1,152 @@
+"""The backend objects behind backend="mps" / "mps-cnn", and the per-layer Metal state.
+
+A backend receives a :class:`fastdeconv._validate.Call`, builds the plan (:mod:`.plan`) for its
+geometry and dtype, and runs it on an *engine*: :mod:`.pyobjc_layer` on a Mac, or — inside
+:func:`simulated`, for tests — :mod:`.executors`. Both engines offer ``resident(array)``,
+``GraphRunner(plan).run(source, weights, bias)`` and ``CnnRunner(plan, weights, bias).run(x)``.
+
+:class:`MetalLayer` is the cached per-layer object (for ``ConvTranspose2d(..., backend="mps")``):
+weights converted and uploaded once, one compiled graph / MPSCNN kernel per input geometry.
+The functional API builds a throw-away layer per call, but compiled MPSGraphs are cached across
+calls keyed by the plan (shapes, parameters, dtype), see :func:`graph_runner`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+
+import numpy as np
+
+from .._params import ConvGeometry
+from .._validate import Call
+from . import status
+from .plan import (
+    CnnPlan,
+    GraphPlan,
+    check_dtype,
+    cnn_bias,
+    cnn_plan,
+    cnn_weights,
+    graph_bias,
+    graph_plan,
+    graph_weights,
+)
+
+_simulated = 0
+GRAPH_CACHE_SIZE = 64
+_graph_cache: OrderedDict = OrderedDict()
+
+
+@contextlib.contextmanager
+def simulated():
+    """Inside the block, backend="mps"/"mps-cnn" run every plan through the numpy executors instead of
+    Metal (and regardless of :func:`fastdeconv.metal.status`). For tests; nothing touches Metal."""
+    global _simulated
+    _simulated += 1
+    try:
+        yield
+    finally:
+        _simulated -= 1
+
+
+def engine(path: str):
+    """The engine for ``path``: the numpy executors when simulated, else the PyObjC layer — or a
+    RuntimeError saying why Metal is unavailable (never a silent fallback)."""
+    if _simulated:
+        from . import executors
+
+        return executors
+    state = status(path)
+    if not state.available:
+        raise RuntimeError(f"backend={path!r} is not available: {state.reason}")
+    from . import pyobjc_layer
+
+    return pyobjc_layer
+
+
+def graph_runner(eng, plan: GraphPlan):
+    """A compiled MPSGraph for ``plan``, shared by every call with the same plan (LRU of 64)."""
+    key = (eng.__name__, plan)
+    runner = _graph_cache.get(key)
+    if runner is None:
+        runner = eng.GraphRunner(plan)
+        _graph_cache[key] = runner
+        if len(_graph_cache) > GRAPH_CACHE_SIZE:
+            _graph_cache.popitem(last=False)
+    else:
+        _graph_cache.move_to_end(key)
+    return runner
+
+
+class MetalLayer:
+    """One layer's weights and bias on the GPU, for any input size.
+
+    ``weight`` is fastdeconv's layout (transposed: (C_in, kH, kW, C_out/g); convolution:
+    (C_out, kH, kW, C_in/g)); ``dtype`` float32 or float16 is the layer's compute/storage dtype.
+    ``run(x, geometry)`` returns the (N, H_out, W_out, C_out) result in ``dtype``.
+    """
+
+    def __init__(self, path: str, weight, bias, dtype):
+        if path not in ("mps", "mps-cnn"):
+            raise ValueError(f"path must be 'mps' or 'mps-cnn', got {path!r}")
+        self.path = path
+        self.dtype = check_dtype(dtype)
+        self.weight = np.asarray(weight)
+        self.bias = None if bias is None else np.asarray(bias)
+        self._engine = engine(path)
+        self._graph_inputs = None          # (resident weights, resident bias), uploaded on first use
+        self._cnn_runners = {}             # plan -> CnnRunner (weights baked into the MPSCNN kernel)
+
+    def plan(self, geometry: ConvGeometry) -> GraphPlan | CnnPlan:
+        if self.path == "mps":
+            return graph_plan(geometry, self.dtype, self.bias is not None)
+        return cnn_plan(geometry, self.dtype, self.bias is not None)
+
+    def run(self, x, geometry: ConvGeometry) -> np.ndarray:
+        if min(geometry.output_shape) == 0 or min(geometry.input_shape) == 0:   # empty batch: nothing to send
+            y = np.zeros(geometry.output_shape, dtype=self.dtype)
+            return y if self.bias is None else y + self.bias.astype(self.dtype)
+        plan = self.plan(geometry)
+        x = np.ascontiguousarray(x, dtype=self.dtype)
+        eng = self._engine
+        if isinstance(plan, GraphPlan):
+            if self._graph_inputs is None:
+                self._graph_inputs = (eng.resident(graph_weights(self.weight, self.dtype)),
+                                      eng.resident(graph_bias(self.bias, geometry.out_channels, self.dtype)))
+            return graph_runner(eng, plan).run(x, *self._graph_inputs)
+        runner = self._cnn_runners.get(plan)
+        if runner is None:
+            runner = eng.CnnRunner(plan, cnn_weights(plan, self.weight, geometry.groups),
+                                   cnn_bias(plan, self.bias, geometry.out_channels))
+            self._cnn_runners[plan] = runner
+        return runner.run(x)
+
+
+class MetalBackend:
+    """backend="mps" (path "mps", MPSGraph) or backend="mps-cnn" (path "mps-cnn", MPSCNN)."""
+
+    def __init__(self, path: str):
+        self.name = self.path = path
+
+    def status(self):
+        return status(self.path)
+
+    def layer(self, weight, bias, dtype) -> MetalLayer:
+        """A per-layer object that keeps weights and compiled kernels on the GPU across calls."""
+        return MetalLayer(self.path, weight, bias, dtype)
+
+    def _run(self, call: Call) -> np.ndarray:
+        eng_check = engine(self.path)          # availability first: the clearest error on Linux
+        del eng_check
+        return self.layer(call.weight, call.bias, check_dtype(call.dtype)).run(call.x, call.geometry)
+
+    def conv_transpose2d(self, call: Call) -> np.ndarray:
+        return self._run(call)
+
+    def conv2d(self, call: Call) -> np.ndarray:
+        return self._run(call)
+
+
+MPS = MetalBackend("mps")
+MPS_CNN = MetalBackend("mps-cnn")

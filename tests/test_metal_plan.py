@@ -1,0 +1,581 @@
+"""The Metal backend's plans, checked on any platform.
+
+Every plan is executed by fastdeconv.metal.executors (MPSGraph's convolution / data-gradient
+definition, fastdeconv.mpscnn_model, and the Python transcription of conv_transpose.metal) and
+compared with backend="cpu" over hypothesis-generated configurations; the PyObjC layer is run
+against a recording fake to check that every plan field reaches a Metal call with the right value.
+Nothing here needs a Mac.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+import subprocess
+import sys
+import types
+from importlib import resources
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+
+import fastdeconv
+from fastdeconv import _backends, metal
+from fastdeconv._validate import prepare
+from fastdeconv.metal import backend as metal_backend
+from fastdeconv.metal import executors, plan as metal_plan, pyobjc_layer
+from helpers import Case, assert_close
+
+F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --------------------------------------------------------------------------------------------------
+# Configurations
+# --------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def cases(draw, op):
+    """A small valid Case for conv_transpose2d (op "t") or conv2d ("c"), float32 or float16."""
+    groups = draw(st.sampled_from([1, 1, 2, 3, 4]))
+    per_in = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    per_out = draw(st.sampled_from([1, 2, 4, 5]))
+    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    hw = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    kind = draw(st.sampled_from(["int", "pair", "pairs", "same", "valid"]))
+    extent = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    if kind == "int":
+        padding = draw(st.integers(0, max(extent) - 1))
+    elif kind == "pair":
+        padding = tuple(draw(st.integers(0, e - 1)) for e in extent)
+    elif kind == "pairs":
+        padding = tuple((draw(st.integers(0, e)), draw(st.integers(0, e))) for e in extent)
+    else:
+        padding = kind
+    output_padding, output_size = 0, None
+    if op == "t" and kind != "same":
+        limit = [max(s, d) for s, d in zip(stride, dilation)]
+        output_padding = tuple(draw(st.integers(0, lim - 1)) for lim in limit)
+        if draw(st.booleans()):
+            try:
+                base = fastdeconv.conv_transpose2d_output_shape(hw, kernel, stride, padding, 0, dilation)
+            except ValueError:
+                assume(False)
+            output_size, output_padding = tuple(b + o for b, o in zip(base, output_padding)), 0
+    case = Case(op=op, n=draw(st.integers(1, 2)), hw=hw, c_in=groups * per_in, c_out=groups * per_out,
+                groups=groups, kernel=kernel, stride=stride, padding=padding, output_padding=output_padding,
+                dilation=dilation, output_size=output_size, bias=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float32", "float16"])), seed=draw(st.integers(0, 2**16)))
+    try:
+        x, w, _ = case.arrays()
+        geometry = case.geometry(x, w)
+    except ValueError:
+        assume(False)
+    assume(geometry.output_hw[0] * geometry.output_hw[1] <= 400)
+    return case
+
+
+def _event(message):
+    if currently_in_test_context():
+        event(message)
+
+
+def run_plan(path, case, force_direct=False):
+    """Build the plan for ``case`` and run it through the numpy executors, as the PyObjC layer would."""
+    x, w, b = case.arrays()
+    geometry = case.geometry(x, w)
+    dtype = case.result_dtype
+    xs = np.ascontiguousarray(x, dtype=dtype)
+    if path == "mps":
+        plan = metal_plan.graph_plan(geometry, dtype, b is not None)
+        y = executors.run_graph(plan, xs, metal_plan.graph_weights(w, dtype),
+                                metal_plan.graph_bias(b, geometry.out_channels, dtype))
+        _event(f"MPSGraph {plan.op}, tail padding: {plan.tail_padding != (0, 0)}")
+    else:
+        plan = metal_plan.cnn_plan(geometry, dtype, b is not None, force_direct=force_direct)
+        y = executors.run_cnn(plan, xs, metal_plan.cnn_weights(plan, w, geometry.groups),
+                              metal_plan.cnn_bias(plan, b, geometry.out_channels))
+        _event(f"stage: {getattr(plan.stage, 'kernel_class', None) or plan.stage.function}"
+              + (f" ({plan.stage.descriptor.descriptor_class})" if hasattr(plan.stage, "descriptor") else ""))
+    assert y.shape == geometry.output_shape and y.dtype == dtype
+    return plan, y
+
+
+def check_against_cpu(case, y, **extra):
+    x, w, b = case.arrays()
+    assert_close(y, case.call(x, w, b, backend="cpu"), case.result_dtype, case.k, **case.describe(), **extra)
+
+
+# --------------------------------------------------------------------------------------------------
+# Every plan through its executor, against backend="cpu"
+# --------------------------------------------------------------------------------------------------
+
+
+@HYPOTHESIS
+@given(case=cases("t"))
+def test_graph_plan_conv_transpose2d(case):
+    plan, y = run_plan("mps", case)
+    assert plan.descriptor.data_layout == metal_plan.GRAPH_LAYOUT_NHWC
+    assert plan.descriptor.weights_layout == metal_plan.GRAPH_LAYOUT_OIHW
+    check_against_cpu(case, y, graph_op=plan.op, tail=plan.tail_padding)
+
+
+@HYPOTHESIS
+@given(case=cases("c"))
+def test_graph_plan_conv2d(case):
+    plan, y = run_plan("mps", case)
+    assert plan.op == "convolution2D" and plan.output_shape is None
+    check_against_cpu(case, y)
+
+
+@HYPOTHESIS
+@given(case=cases("t"), force_direct=st.booleans())
+def test_cnn_plan_conv_transpose2d(case, force_direct):
+    plan, y = run_plan("mps-cnn", case, force_direct)
+    check_against_cpu(case, y, stage=type(plan.stage).__name__)
+
+
+@HYPOTHESIS
+@given(case=cases("c"), force_direct=st.booleans())
+def test_cnn_plan_conv2d(case, force_direct):
+    plan, y = run_plan("mps-cnn", case, force_direct)
+    check_against_cpu(case, y, stage=type(plan.stage).__name__)
+
+
+@pytest.mark.parametrize("path", ["mps", "mps-cnn"])
+@pytest.mark.parametrize("op", ["t", "c"])
+def test_public_api_simulated(path, op):
+    """conv_transpose2d/conv2d(backend=path) end to end on the numpy engine: unbatched, out=, mixed dtypes."""
+    variants = [Case(op=op, dtype="float32", stride=2, padding=1, output_padding=(1, 0) if op == "t" else 0),
+                Case(op=op, dtype="float16", unbatched=True, groups=2, c_in=4, c_out=6, dilation=2),
+                Case(op=op, dtype="float16", w_dtype="float32", x_layout="contig", n=3, hw=(4, 3))]
+    with metal_backend.simulated():
+        for case in variants:
+            x, w, b = case.arrays()
+            ref = case.call(x, w, b, backend="cpu")
+            got = case.call(x, w, b, backend=path)
+            assert_close(got, ref, case.result_dtype, case.k, **case.describe())
+            out = np.empty_like(ref)
+            assert case.call(x, w, b, backend=path, out=out) is out
+            assert_close(out, ref, case.result_dtype, case.k, **case.describe())
+
+
+# --------------------------------------------------------------------------------------------------
+# Specific plan fields
+# --------------------------------------------------------------------------------------------------
+
+
+def geometry_of(case):
+    x, w, _ = case.arrays()
+    return case.geometry(x, w)
+
+
+def test_graph_plan_fields_transpose():
+    case = Case(op="t", hw=(5, 4), c_in=6, c_out=4, groups=2, kernel=(3, 2), stride=(2, 3), dilation=(1, 2),
+                padding=((1, 0), (2, 1)), output_padding=(1, 2), dtype="float16")
+    g = geometry_of(case)
+    plan = metal_plan.graph_plan(g, F16, has_bias=True)
+    d = plan.descriptor
+    assert (d.stride_in_x, d.stride_in_y, d.dilation_rate_in_x, d.dilation_rate_in_y) == (3, 2, 2, 1)
+    assert (d.padding_left, d.padding_right, d.padding_top, d.padding_bottom) == (2, 1, 1, 0)
+    assert d.groups == 2 and d.padding_style == metal_plan.GRAPH_PADDING_STYLE_EXPLICIT
+    assert plan.op == "convolutionTranspose2D" and plan.tail_padding == (0, 0)
+    assert plan.output_shape == plan.result_shape == g.output_shape
+    assert plan.weights_shape == (6, 2, 3, 2)                                  # OIHW: (C_in, C_out/g, kH, kW)
+    assert plan.bias_shape == (1, 1, 1, 4)
+    assert (plan.data_type, plan.compute_data_type) == (0x10000010, 0x10000020)
+
+
+def test_graph_plan_output_padding_beyond_stride_uses_tail_padding():
+    """output_padding >= stride (allowed below dilation): the reachable rows are convolved, the rest padded."""
+    case = Case(dtype="float32", op="t", hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, padding=0, output_padding=(2, 1))
+    plan, y = run_plan("mps", case)
+    assert plan.tail_padding == (2, 1)
+    assert plan.output_shape[1:3] == (6, 6) and plan.result_shape[1:3] == (8, 7)
+    check_against_cpu(case, y)
+
+
+def test_graph_plan_no_tap_reaches_the_output():
+    case = Case(dtype="float32", op="t", hw=(1, 3), kernel=(2, 1), stride=1, dilation=(3, 1), padding=((4, 0), (0, 0)),
+                output_padding=(2, 0))
+    plan, y = run_plan("mps", case)
+    assert plan.op is None
+    check_against_cpu(case, y)                                                # bias only
+
+
+def test_cnn_plan_fields():
+    transpose = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="t", c_in=8, c_out=4, groups=1, stride=2, padding=1,
+                                                     output_padding=1)), F32, True)
+    stage = transpose.stage
+    assert isinstance(stage, metal_plan.CnnKernelPlan) and stage.kernel_class == "MPSCNNConvolutionTranspose"
+    assert stage.weights_shape == (4, 3, 3, 8) and (stage.offset_x, stage.offset_y) == (0, 0)
+    assert (stage.kernel_offset_x, stage.kernel_offset_y) == ((3 >> 1) - 2 + 1,) * 2
+    assert (stage.destination.height, stage.destination.width) == (10, 10)
+    assert stage.source.channel_format == 4 and stage.edge_mode == 0
+
+    depthwise = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="c", c_in=3, c_out=3, groups=3)), F16, False).stage
+    assert depthwise.descriptor.descriptor_class == "MPSCNNDepthWiseConvolutionDescriptor"
+    assert depthwise.descriptor.groups == 1 and depthwise.source.channel_format == 3
+
+    grouped = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="t", c_in=6, c_out=4, groups=2)), F32, True).stage
+    assert isinstance(grouped, metal_plan.DirectKernelPlan)
+    assert "multiple" in grouped.reason and grouped.function == "conv_transpose2d_direct_float"
+
+
+def test_direct_plan_refuses_int32_overflow():
+    g = geometry_of(Case(dtype="float32", op="t", n=1, hw=(2, 2)))
+    huge = dataclasses.replace(g, batch=2**29)
+    with pytest.raises(ValueError, match="32-bit"):
+        metal_plan.direct_plan(huge, F32, "test")
+
+
+def test_msl_source_matches_the_plan():
+    """conv_transpose.metal's ConvParams has PARAM_FIELDS' order, and every plan function exists."""
+    source = resources.files("fastdeconv.metal").joinpath("conv_transpose.metal").read_text()
+    body = re.search(r"struct ConvParams \{(.*?)\};", source, re.S).group(1)
+    assert tuple(re.findall(r"int (\w+);", body)) == metal_plan.PARAM_FIELDS
+    assert len(re.findall(r";", body)) == len(metal_plan.PARAM_FIELDS)           # int32 only
+    entries = set(re.findall(r"^FASTDECONV_ENTRY\((\w+),", source, re.M))
+    expected = {f"{k}_direct_{t}" for k in ("conv_transpose2d", "conv2d") for t in ("float", "half")}
+    assert entries == expected
+
+
+def test_msl_transcription_c_division():
+    c = executors.MslTranscription
+    assert [c.c_div(a, 3) for a in (-7, -3, -1, 0, 5)] == [-2, -1, 0, 0, 1]
+    assert [int(c.c_rem(a, 3)) for a in (-7, -3, -1, 0, 5)] == [-1, 0, -1, 0, 2]
+    assert list(c.c_div(np.array([-7, 7]), 2)) == [-3, 3]
+
+
+def test_float64_is_refused():
+    case = Case(op="t", dtype="float64")
+    x, w, b = case.arrays()
+    with metal_backend.simulated(), pytest.raises(TypeError, match="float64"):
+        case.call(x, w, b, backend="mps")
+
+
+# --------------------------------------------------------------------------------------------------
+# Availability, backends(), auto
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="checks the non-macOS error")
+@pytest.mark.parametrize("path", ["mps", "mps-cnn"])
+def test_metal_backend_fails_cleanly_off_macos(path):
+    case = Case(op="t", dtype="float32")
+    x, w, b = case.arrays()
+    with pytest.raises(RuntimeError, match=rf"backend='{path}' is not available: Metal needs macOS"):
+        case.call(x, w, b, backend=path)
+    c = Case(op="c", dtype="float32")
+    with pytest.raises(RuntimeError, match="macOS"):
+        c.call(*c.arrays(), backend=path)
+
+
+def test_backends_lists_every_backend_with_a_reason():
+    rows = {row.name: row for row in _backends.backends()}
+    assert set(rows) == {"cpu", "reference", "mps", "mps-cnn"}
+    assert rows["cpu"].available and rows["reference"].available
+    for name in ("mps", "mps-cnn"):
+        assert isinstance(rows[name].available, bool) and rows[name].reason
+        if sys.platform != "darwin":
+            assert not rows[name].available and "macOS" in rows[name].reason
+
+
+def test_import_does_not_import_pyobjc():
+    code = ("import sys, fastdeconv, numpy as np; fastdeconv._backends.backends(); "
+            "fastdeconv.conv_transpose2d(np.ones((1, 2, 2, 1), np.float32), np.ones((1, 1, 1, 1), np.float32)); "
+            "print(sorted(m for m in ('objc', 'Metal', 'MetalPerformanceShaders', 'Foundation') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    if sys.platform != "darwin":
+        assert out.strip() == "[]"
+
+
+def _call(case):
+    x, w, b = case.arrays()
+    g = case.geometry(x, w)
+    return prepare(x, w, b, None, transposed=case.op == "t", resolve=lambda xs, ws: g)
+
+
+def test_auto_threshold(monkeypatch):
+    big = _call(Case(op="t", n=2, hw=(16, 16), c_in=16, c_out=16, dtype="float32"))
+    small = _call(Case(op="t", dtype="float32"))
+    f64 = _call(Case(op="t", n=2, hw=(16, 16), c_in=16, c_out=16, dtype="float64"))
+    monkeypatch.setattr(metal, "status", lambda path="mps": metal.MetalStatus(True, "fake device"))
+    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, str(big.geometry.flops))
+    assert _backends.AutoBackend.choose(big) is metal_backend.MPS
+    assert _backends.AutoBackend.choose(small) is _backends.CpuBackend
+    assert _backends.AutoBackend.choose(f64) is _backends.CpuBackend                # Metal has no float64
+    try:
+        metal.set_mps_min_flops(big.geometry.flops + 1)
+        assert _backends.AutoBackend.choose(big) is _backends.CpuBackend
+        metal.set_mps_min_flops(0)
+        assert _backends.AutoBackend.choose(small) is metal_backend.MPS
+    finally:
+        metal.set_mps_min_flops(None)
+    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, "lots")
+    with pytest.raises(ValueError, match=f"{metal.MPS_MIN_FLOPS_ENV}.*'lots'"):
+        metal.mps_min_flops()
+    monkeypatch.delenv(metal.MPS_MIN_FLOPS_ENV)
+    assert metal.mps_min_flops() == metal.DEFAULT_MPS_MIN_FLOPS
+    with pytest.raises(ValueError, match="-1"):
+        metal.set_mps_min_flops(-1)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="on a Mac auto may legitimately pick MPS")
+def test_auto_is_cpu_off_macos():
+    call = _call(Case(op="t", n=4, hw=(64, 64), c_in=64, c_out=64, dtype="float32"))
+    assert _backends.AutoBackend.choose(call) is _backends.CpuBackend
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-layer state
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["mps", "mps-cnn"])
+def test_layer_keeps_weights_and_compiled_kernels(path, monkeypatch):
+    uploads = []
+    real = executors.resident
+    monkeypatch.setattr(executors, "resident", lambda a: uploads.append(a) or real(a))
+    built = []
+    real_cnn = executors.CnnRunner
+    monkeypatch.setattr(executors, "CnnRunner", lambda *a: built.append(a) or real_cnn(*a))
+    case = Case(dtype="float32", op="t", c_in=4, c_out=8, stride=2)
+    x, w, b = case.arrays()
+    with metal_backend.simulated():
+        layer = metal_backend.MPS.layer(w, b, F32) if path == "mps" else metal_backend.MPS_CNN.layer(w, b, F32)
+        geometries = [case.geometry(x, w), dataclasses.replace(case, hw=(3, 7)).geometry(x[:, :3, :7], w)]
+        for geometry, xi in ((geometries[0], x), (geometries[1], x[:, :3, :7]), (geometries[0], x)):
+            ref = fastdeconv.conv_transpose2d(xi, w, b, stride=2, backend="cpu")
+            assert_close(layer.run(xi, geometry), ref, F32, case.k)
+    if path == "mps":
+        assert len(uploads) == 2                     # weights + bias once; the source is fed per call
+        plan = layer.plan(geometries[0])
+        assert metal_backend.graph_runner(executors, plan) is metal_backend.graph_runner(executors, plan)
+    else:
+        assert len(built) == 2                       # one MPSCNN kernel per input geometry
+
+
+# --------------------------------------------------------------------------------------------------
+# The PyObjC layer against a recording fake: every plan field reaches a Metal call
+# --------------------------------------------------------------------------------------------------
+
+
+class Fake:
+    """Any attribute is a Fake; calling one records (selector, args) and returns a Fake or a stub value."""
+
+    RETURNS = {
+        "newLibraryWithSource_options_error_": lambda self, args: (Fake("library", self._log), None),
+        "newComputePipelineStateWithFunction_error_": lambda self, args: (Fake("pipeline", self._log), None),
+        "maxTotalThreadsPerThreadgroup": lambda self, args: 1024,
+        "as_buffer": lambda self, args: bytearray(args[0]),
+        "error": lambda self, args: None,
+        "respondsToSelector_": lambda self, args: True,
+    }
+
+    def __init__(self, name, log):
+        self._name, self._log = name, log
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Fake(attr, self._log)
+
+    def __call__(self, *args):
+        self._log.append((self._name, args))
+        special = self.RETURNS.get(self._name)
+        return special(self, args) if special else Fake(f"{self._name}()", self._log)
+
+    def __getitem__(self, key):
+        return Fake("item", self._log)
+
+    def __hash__(self):
+        return id(self)
+
+
+class FakeNSObject:
+    def __init_subclass__(cls, protocols=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.protocols = protocols
+
+    @classmethod
+    def alloc(cls):
+        return cls()
+
+    def init(self):
+        return self
+
+
+class Tracked:
+    """A read-only view of a plan that records which (nested) fields are read."""
+
+    def __init__(self, obj, seen, prefix=""):
+        self.__dict__.update(_obj=obj, _seen=seen, _prefix=prefix)
+
+    @property
+    def __class__(self):
+        return type(self._obj)
+
+    def __getattr__(self, name):
+        value = getattr(self._obj, name)
+        path = self._prefix + name
+        if dataclasses.is_dataclass(value):
+            self._seen.add(path)
+            return Tracked(value, self._seen, path + ".")
+        self._seen.add(path)
+        return value
+
+
+def leaves(cls, prefix=""):
+    out = set()
+    for f in dataclasses.fields(cls):
+        types_ = [t for t in (metal_plan.GraphDescriptor, metal_plan.ImageSpec, metal_plan.CnnDescriptor)
+                  if t.__name__ in str(f.type)]
+        if types_:
+            out |= leaves(types_[0], prefix + f.name + ".")
+        elif f.name != "stage":
+            out.add(prefix + f.name)
+    return out
+
+
+def run_layer(plan, inputs):
+    log, seen = [], set()
+    fw = types.SimpleNamespace(Metal=Fake("Metal", log), MPS=Fake("MPS", log), MPSGraph=Fake("MPSGraph", log),
+                               objc=Fake("objc", log), Foundation=types.SimpleNamespace(NSObject=FakeNSObject))
+    with pyobjc_layer.use_frameworks(fw):
+        if isinstance(plan, metal_plan.GraphPlan):
+            runner = pyobjc_layer.GraphRunner(Tracked(plan, seen))
+            w, b, x = inputs
+            runner.run(x, pyobjc_layer.resident(w), pyobjc_layer.resident(b))
+        else:
+            w, b, x = inputs
+            tracked = Tracked(plan, seen)
+            pyobjc_layer.CnnRunner(tracked, w, b).run(x)
+    return log, seen
+
+
+def calls(log, selector):
+    return [args for name, args in log if name == selector]
+
+
+def graph_case(case):
+    g = geometry_of(case)
+    x, w, b = case.arrays()
+    dtype = case.result_dtype
+    plan = metal_plan.graph_plan(g, dtype, b is not None)
+    return plan, (metal_plan.graph_weights(w, dtype), metal_plan.graph_bias(b, g.out_channels, dtype),
+                  np.ascontiguousarray(x, dtype))
+
+
+def cnn_case(case, force_direct=False):
+    g = geometry_of(case)
+    x, w, b = case.arrays()
+    plan = metal_plan.cnn_plan(g, case.result_dtype, b is not None, force_direct=force_direct)
+    return plan, (metal_plan.cnn_weights(plan, w, g.groups), metal_plan.cnn_bias(plan, b, g.out_channels),
+                  np.ascontiguousarray(x, case.result_dtype))
+
+
+def test_pyobjc_layer_graph_consumes_every_field():
+    seen = set()
+    transpose, inputs = graph_case(Case(op="t", hw=(3, 4), kernel=(2, 3), stride=(1, 2), dilation=(3, 1),
+                                        padding=((0, 1), (1, 0)), output_padding=(2, 1), dtype="float16"))
+    assert transpose.tail_padding != (0, 0)
+    log, s = run_layer(transpose, inputs)
+    seen |= s
+    d = transpose.descriptor
+    factory = "descriptorWithStrideInX_strideInY_dilationRateInX_dilationRateInY_groups_paddingLeft_" \
+              "paddingRight_paddingTop_paddingBottom_paddingStyle_dataLayout_weightsLayout_"
+    assert calls(log, factory) == [tuple(getattr(d, f.name) for f in dataclasses.fields(d))]
+    (conv,) = calls(log, "convolutionTranspose2DWithSourceTensor_weightsTensor_outputShape_descriptor_name_")
+    assert conv[2] == list(transpose.output_shape)
+    (pad,) = calls(log, "padTensor_withPaddingMode_leftPadding_rightPadding_constantValue_name_")
+    assert pad[1:5] == (0, [0, 0, 0, 0], [0, *transpose.tail_padding, 0], 0.0)
+    placeholders = calls(log, "placeholderWithShape_dataType_name_")
+    assert placeholders == [(list(transpose.source_shape), transpose.data_type, "source"),
+                            (list(transpose.weights_shape), transpose.data_type, "weights"),
+                            (list(transpose.bias_shape), transpose.data_type, "bias")]
+    casts = calls(log, "castTensor_toType_name_")
+    assert [c[1] for c in casts] == [transpose.compute_data_type] * 3 + [transpose.data_type]
+    assert [c[1:] for c in calls(log, "initWithMTLBuffer_shape_dataType_")][-1] == \
+        (list(transpose.source_shape), transpose.data_type)
+
+    forward, inputs = graph_case(Case(op="c", bias=False, dtype="float32"))
+    log, s = run_layer(forward, inputs)
+    seen |= s
+    assert len(calls(log, "convolution2DWithSourceTensor_weightsTensor_descriptor_name_")) == 1
+    assert not calls(log, "castTensor_toType_name_")
+
+    empty, inputs = graph_case(Case(dtype="float32", op="t", hw=(1, 3), kernel=(2, 1), stride=1, dilation=(3, 1),
+                                    padding=((4, 0), (0, 0)), output_padding=(2, 0)))
+    assert empty.op is None
+    log, s = run_layer(empty, inputs)
+    seen |= s
+    assert calls(log, "constantWithScalar_shape_dataType_") == [(0.0, list(empty.result_shape),
+                                                                 empty.compute_data_type)]
+    missing = leaves(metal_plan.GraphPlan) - seen
+    assert not missing, f"GraphPlan fields never read by pyobjc_layer: {sorted(missing)}"
+
+
+def test_pyobjc_layer_cnn_consumes_every_field():
+    seen = set()
+    transpose, inputs = cnn_case(Case(dtype="float32", op="t", c_in=4, c_out=8, stride=2, padding=1, output_padding=1, n=2))
+    stage = transpose.stage
+    assert isinstance(stage, metal_plan.CnnKernelPlan)
+    log, s = run_layer(transpose, inputs)
+    seen |= {p.removeprefix("stage.") for p in s}
+    d = stage.descriptor
+    factory = "cnnConvolutionDescriptorWithKernelWidth_kernelHeight_inputFeatureChannels_outputFeatureChannels_"
+    assert calls(log, factory) == [(d.kernel_width, d.kernel_height, d.input_feature_channels,
+                                    d.output_feature_channels)]
+    for selector, value in (("setStrideInPixelsX_", d.stride_in_pixels_x), ("setDilationRateY_", d.dilation_rate_y),
+                            ("setGroups_", d.groups), ("setKernelOffsetX_", stage.kernel_offset_x),
+                            ("setKernelOffsetY_", stage.kernel_offset_y), ("setEdgeMode_", stage.edge_mode),
+                            ("setAccumulatorPrecisionOption_", stage.accumulator_precision)):
+        assert calls(log, selector) == [(value,)], selector
+    assert calls(log, "setOffset_") == [((stage.offset_x, stage.offset_y, 0),)]
+    images = calls(log, "imageDescriptorWithChannelFormat_width_height_featureChannels_")
+    assert images == [(stage.source.channel_format, stage.source.width, stage.source.height,
+                       stage.source.feature_channels),
+                      (stage.destination.channel_format, stage.destination.width, stage.destination.height,
+                       stage.destination.feature_channels)]
+    writes = calls(log, "writeBytes_dataLayout_imageIndex_")
+    assert len(writes) == stage.batch and all(w[1:] == (stage.source.data_layout, 0) for w in writes)
+    assert np.array_equal(writes[1][0], inputs[2][1])
+    assert len(calls(log, "readBytes_dataLayout_imageIndex_")) == stage.batch
+    (encode,) = calls(log, "encodeBatchToCommandBuffer_sourceImages_destinationImages_")
+    assert len(encode[1]) == len(encode[2]) == stage.batch
+
+    forward, inputs = cnn_case(Case(op="c", c_in=3, c_out=3, groups=3, bias=False, dtype="float16"))
+    log, s = run_layer(forward, inputs)
+    seen |= {p.removeprefix("stage.") for p in s}
+    assert calls(log, factory) and not calls(log, "setKernelOffsetX_")
+
+    direct, inputs = cnn_case(Case(dtype="float32", op="t", c_in=6, c_out=4, groups=2, stride=2), force_direct=True)
+    stage = direct.stage
+    log, s = run_layer(direct, inputs)
+    direct_seen = {p.removeprefix("stage.") for p in s}
+    assert calls(log, "newFunctionWithName_") == [(stage.function,)]
+    (set_bytes,) = calls(log, "setBytes_length_atIndex_")
+    assert set_bytes == (struct.pack(f"<{len(stage.params)}i", *stage.params), 4 * len(stage.params), 4)
+    assert [a[1:] for a in calls(log, "setBuffer_offset_atIndex_")] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert calls(log, "MTLSizeMake") == [(-(-stage.threads // stage.threads_per_threadgroup), 1, 1),
+                                         (stage.threads_per_threadgroup, 1, 1)]
+
+    missing = leaves(metal_plan.CnnKernelPlan) - seen
+    assert not missing, f"CnnKernelPlan fields never read by pyobjc_layer: {sorted(missing)}"
+    missing = leaves(metal_plan.DirectKernelPlan) - direct_seen
+    assert not missing, f"DirectKernelPlan fields never read by pyobjc_layer: {sorted(missing)}"
+    assert "result_shape" in seen
+
+
+def test_pyobjc_layer_compiles():
+    import py_compile
+
+    for name in ("pyobjc_layer.py", "backend.py", "plan.py", "executors.py", "__init__.py"):
+        py_compile.compile(str(resources.files("fastdeconv.metal").joinpath(name)), doraise=True)
