@@ -6,6 +6,7 @@ fastdeconv.show_config() says which. No -march flags: SIMD kernels are chosen
 at run time (src/gemm.c).
 """
 
+import glob
 import os
 import sys
 import tempfile
@@ -78,6 +79,8 @@ extensions = [
         "fastdeconv._cpu",
         sources=["src/_cpu.pyx", *C_SOURCES],
         include_dirs=["src", np.get_include()],
+        # Headers and *.template.c files are #included: rebuild when they change.
+        depends=sorted(glob.glob("src/*.h") + glob.glob("src/*.template.c")),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     )
 ]

@@ -39,6 +39,8 @@ cdef extern from "gemm.h" nogil:
     size_t fd_dgemm_packed_size(size_t K, size_t N)
     void fd_sgemm_pack_b(size_t K, size_t N, const float *b, Py_ssize_t stride_k, Py_ssize_t stride_n, float *packed)
     void fd_dgemm_pack_b(size_t K, size_t N, const double *b, Py_ssize_t stride_k, Py_ssize_t stride_n, double *packed)
+    void fd_sgemm_pack_b_rows(size_t K, size_t N, const float *const *rows, float *packed)
+    void fd_dgemm_pack_b_rows(size_t K, size_t N, const double *const *rows, double *packed)
     int fd_gemm_isa_supported(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
@@ -231,21 +233,48 @@ def phase_taps(Py_ssize_t stride, Py_ssize_t kernel, Py_ssize_t dilation, Py_ssi
 
 
 def pack_deconv_phase(weight, geometry):
-    """Pack the (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase)."""
+    """Pack the (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase): row
+    (ty*Tx + tx)*Cig + i of B is the Cog-vector weight[g*Cig + i, ky_ty, kx_tx, :]."""
     (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_hw, geometry.stride, geometry.dilation
     taps_y = phase_taps(sh, kh, dh, geometry.pad[0][0])
     taps_x = phase_taps(sw, kw, dw, geometry.pad[1][0])
-    cig, cog = geometry.in_per_group, geometry.out_per_group
-    w = weight.reshape(geometry.groups, cig, kh, kw, cog)
-    arrays = []
-    for g in range(geometry.groups):
-        for ry in range(sh):
-            kys = taps_y[ry, 1:1 + taps_y[ry, 0]]
-            for rx in range(sw):
-                kxs = taps_x[rx, 1:1 + taps_x[rx, 0]]
-                sub = np.ascontiguousarray(w[g][:, kys][:, :, kxs].transpose(1, 2, 0, 3)).reshape(-1, cog)
-                arrays.append(_pack_dispatch(sub.reshape(-1), 0, sub.shape[0], cog, cog, 1))
+    flat = np.ascontiguousarray(weight).reshape(-1)
+    if flat.dtype == np.float32:
+        arrays = _pack_phase[float](flat, taps_y, taps_x, geometry.groups, geometry.in_per_group,
+                                    geometry.out_per_group, kh, kw, sh, sw)
+    else:
+        arrays = _pack_phase[double](flat, taps_y, taps_x, geometry.groups, geometry.in_per_group,
+                                     geometry.out_per_group, kh, kw, sh, sw)
     return PackedWeights(arrays, taps_y, taps_x)
+
+
+cdef list _pack_phase(real[::1] w, Py_ssize_t[:, ::1] taps_y, Py_ssize_t[:, ::1] taps_x, Py_ssize_t groups,
+                      Py_ssize_t cig, Py_ssize_t cog, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw):
+    cdef list arrays = []
+    cdef Py_ssize_t g, ry, rx, ty, tx, i, K
+    rows = np.empty(max(kh * kw * cig, 1), dtype=np.intp)
+    cdef Py_ssize_t[::1] row_view = rows
+    cdef const real *base = &w[0]
+    for g in range(groups):
+        for ry in range(sh):
+            for rx in range(sw):
+                K = taps_y[ry, 0] * taps_x[rx, 0] * cig
+                if K == 0 or cog == 0:
+                    arrays.append(np.zeros(1, dtype=np.asarray(w).dtype))
+                    continue
+                for ty in range(taps_y[ry, 0]):
+                    for tx in range(taps_x[rx, 0]):
+                        for i in range(cig):
+                            row_view[(ty * taps_x[rx, 0] + tx) * cig + i] = <Py_ssize_t>(
+                                base + (((g * cig + i) * kh + taps_y[ry, 1 + ty]) * kw + taps_x[rx, 1 + tx]) * cog)
+                if real is float:
+                    packed = np.empty(fd_sgemm_packed_size(K, cog), dtype=np.float32)
+                    fd_sgemm_pack_b_rows(K, cog, <const float *const *>&row_view[0], <float *>cnp.PyArray_DATA(packed))
+                else:
+                    packed = np.empty(fd_dgemm_packed_size(K, cog), dtype=np.float64)
+                    fd_dgemm_pack_b_rows(K, cog, <const double *const *>&row_view[0], <double *>cnp.PyArray_DATA(packed))
+                arrays.append(packed)
+    return arrays
 
 
 def pack_deconv_depthwise(weight, geometry):

@@ -83,6 +83,11 @@ void fd_sgemm_pack_b(size_t K, size_t N, const float *b, ptrdiff_t stride_k, ptr
 void fd_dgemm_pack_b(size_t K, size_t N, const double *b, ptrdiff_t stride_k, ptrdiff_t stride_n,
                      double *packed);
 
+/* Pack B given as K row pointers, each to N contiguous elements (B's rows gathered from
+ * anywhere, e.g. the taps of one stride phase of a weight). */
+void fd_sgemm_pack_b_rows(size_t K, size_t N, const float *const *rows, float *packed);
+void fd_dgemm_pack_b_rows(size_t K, size_t N, const double *const *rows, double *packed);
+
 /* Indirect GEMM, see the top of this file. packed_b comes from fd_?gemm_pack_b with K = T*Kc. */
 void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
                        const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
