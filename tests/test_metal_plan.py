@@ -579,3 +579,84 @@ def test_pyobjc_layer_compiles():
 
     for name in ("pyobjc_layer.py", "backend.py", "plan.py", "executors.py", "__init__.py"):
         py_compile.compile(str(resources.files("fastdeconv.metal").joinpath(name)), doraise=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# conv_transpose.metal itself, compiled as C++ with a small shim and run on the CPU
+# --------------------------------------------------------------------------------------------------
+
+MSL_SHIM = """
+#include <cmath>
+#define kernel extern "C"
+#define device
+#define constant const
+typedef unsigned int uint;
+typedef _Float16 half;
+namespace metal { using std::fma; }
+"""
+MSL_DRIVER = """
+#include "conv_transpose.metal"
+#define DRIVE(NAME, T) extern "C" void run_##NAME(const T *x, const T *w, const T *b, T *y, const ConvParams *p, \\
+                                                  uint threads) { for (uint g = 0; g < threads; ++g) NAME(x, w, b, y, *p, g); }
+DRIVE(conv_transpose2d_direct_float, float)
+DRIVE(conv_transpose2d_direct_half, half)
+DRIVE(conv2d_direct_float, float)
+DRIVE(conv2d_direct_half, half)
+"""
+
+
+@pytest.fixture(scope="module")
+def msl_on_cpu(tmp_path_factory):
+    """conv_transpose.metal compiled by the host C++ compiler: `metal_stdlib` is a shim that maps the
+    address-space qualifiers away (constant → const), `half` to _Float16 and metal::fma to std::fma."""
+    import ctypes
+    import shutil
+
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to compile conv_transpose.metal on the host")
+    work = tmp_path_factory.mktemp("msl")
+    probe = work / "probe.cpp"
+    probe.write_text("_Float16 h(float f) { return (_Float16)f; }\n")
+    if subprocess.run([compiler, "-std=c++17", "-c", str(probe), "-o", str(work / "probe.o")],
+                      capture_output=True).returncode:
+        pytest.skip(f"{compiler} has no _Float16, needed for MSL's half")
+    (work / "metal_stdlib").write_text(MSL_SHIM)
+    (work / "conv_transpose.metal").write_text(
+        resources.files("fastdeconv.metal").joinpath("conv_transpose.metal").read_text())
+    (work / "driver.cpp").write_text(MSL_DRIVER)
+    library = work / "msl_on_cpu.so"
+    result = subprocess.run([compiler, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wall", "-Wno-attributes",
+                             "-Werror", "-I", str(work), str(work / "driver.cpp"), "-o", str(library)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"conv_transpose.metal does not compile as C++:\n{result.stderr}"
+    return ctypes.CDLL(str(library))
+
+
+def run_msl_on_cpu(lib, stage, x, w, b):
+    import ctypes
+
+    y = np.full(stage.y_shape, np.nan, dtype=stage.dtype)
+    params = struct.pack(f"<{len(stage.params)}i", *stage.params)          # what setBytes:length:atIndex: sends
+    arrays = [np.ascontiguousarray(a) for a in (x, w, b)]
+    pointer = lambda a: a.ctypes.data_as(ctypes.c_void_p)                  # noqa: E731
+    groups = -(-stage.threads // stage.threads_per_threadgroup)
+    getattr(lib, f"run_{stage.function}")(*map(pointer, arrays), pointer(y), ctypes.c_char_p(params),
+                                          ctypes.c_uint(groups * stage.threads_per_threadgroup))
+    return y
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=st.one_of(cases("t"), cases("c")))
+def test_msl_source_on_cpu(msl_on_cpu, case):
+    x, w, b = case.arrays()
+    g = case.geometry(x, w)
+    dtype = case.result_dtype
+    plan = metal_plan.cnn_plan(g, dtype, b is not None, force_direct=True)
+    wd, bd = metal_plan.cnn_weights(plan, w, g.groups), metal_plan.cnn_bias(plan, b, g.out_channels)
+    y = run_msl_on_cpu(msl_on_cpu, plan.stage, np.ascontiguousarray(x, dtype), wd, bd)
+    check_against_cpu(case, y, function=plan.stage.function)
+    transcribed = executors.run_cnn(plan, np.ascontiguousarray(x, dtype), wd, bd)
+    assert np.allclose(y.astype(np.float64), transcribed.astype(np.float64), rtol=1e-6 if dtype == F32 else 1e-3), \
+        "the Python transcription and the compiled MSL disagree"
