@@ -194,7 +194,8 @@ def test_graph_plan_fields_transpose():
 
 def test_graph_plan_output_padding_beyond_stride_uses_tail_padding():
     """output_padding >= stride (allowed below dilation): the reachable rows are convolved, the rest padded."""
-    case = Case(dtype="float32", op="t", hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, padding=0, output_padding=(2, 1))
+    case = Case(dtype="float32", op="t", hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, padding=0,
+                output_padding=(2, 1))
     plan, y = run_plan("mps", case)
     assert plan.tail_padding == (2, 1)
     assert plan.output_shape[1:3] == (6, 6) and plan.result_shape[1:3] == (8, 7)
@@ -210,8 +211,8 @@ def test_graph_plan_no_tap_reaches_the_output():
 
 
 def test_cnn_plan_fields():
-    transpose = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="t", c_in=8, c_out=4, groups=1, stride=2, padding=1,
-                                                     output_padding=1)), F32, True)
+    transpose_case = Case(dtype="float32", op="t", c_in=8, c_out=4, groups=1, stride=2, padding=1, output_padding=1)
+    transpose = metal_plan.cnn_plan(geometry_of(transpose_case), F32, True)
     stage = transpose.stage
     assert isinstance(stage, metal_plan.CnnKernelPlan) and stage.kernel_class == "MPSCNNConvolutionTranspose"
     assert stage.weights_shape == (4, 3, 3, 8) and (stage.offset_x, stage.offset_y) == (0, 0)
@@ -219,11 +220,13 @@ def test_cnn_plan_fields():
     assert (stage.destination.height, stage.destination.width) == (10, 10)
     assert stage.source.channel_format == 4 and stage.edge_mode == 0
 
-    depthwise = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="c", c_in=3, c_out=3, groups=3)), F16, False).stage
+    depthwise_case = Case(dtype="float32", op="c", c_in=3, c_out=3, groups=3)
+    depthwise = metal_plan.cnn_plan(geometry_of(depthwise_case), F16, False).stage
     assert depthwise.descriptor.descriptor_class == "MPSCNNDepthWiseConvolutionDescriptor"
     assert depthwise.descriptor.groups == 1 and depthwise.source.channel_format == 3
 
-    grouped = metal_plan.cnn_plan(geometry_of(Case(dtype="float32", op="t", c_in=6, c_out=4, groups=2)), F32, True).stage
+    grouped_case = Case(dtype="float32", op="t", c_in=6, c_out=4, groups=2)
+    grouped = metal_plan.cnn_plan(geometry_of(grouped_case), F32, True).stage
     assert isinstance(grouped, metal_plan.DirectKernelPlan)
     assert "multiple" in grouped.reason and grouped.function == "conv_transpose2d_direct_float"
 
@@ -524,7 +527,8 @@ def test_pyobjc_layer_graph_consumes_every_field():
 
 def test_pyobjc_layer_cnn_consumes_every_field():
     seen = set()
-    transpose, inputs = cnn_case(Case(dtype="float32", op="t", c_in=4, c_out=8, stride=2, padding=1, output_padding=1, n=2))
+    transpose, inputs = cnn_case(Case(dtype="float32", op="t", c_in=4, c_out=8, stride=2, padding=1, output_padding=1,
+                                      n=2))
     stage = transpose.stage
     assert isinstance(stage, metal_plan.CnnKernelPlan)
     log, s = run_layer(transpose, inputs)
@@ -596,8 +600,11 @@ namespace metal { using std::fma; }
 """
 MSL_DRIVER = """
 #include "conv_transpose.metal"
-#define DRIVE(NAME, T) extern "C" void run_##NAME(const T *x, const T *w, const T *b, T *y, const ConvParams *p, \\
-                                                  uint threads) { for (uint g = 0; g < threads; ++g) NAME(x, w, b, y, *p, g); }
+#define DRIVE(NAME, T)                                                                             \\
+    extern "C" void run_##NAME(const T *x, const T *w, const T *b, T *y, const ConvParams *p, uint n) \\
+    {                                                                                              \\
+        for (uint g = 0; g < n; ++g) NAME(x, w, b, y, *p, g);                                      \\
+    }
 DRIVE(conv_transpose2d_direct_float, float)
 DRIVE(conv_transpose2d_direct_half, half)
 DRIVE(conv2d_direct_float, float)

@@ -137,8 +137,7 @@ class MetalBackend:
         return MetalLayer(self.path, weight, bias, dtype)
 
     def _run(self, call: Call) -> np.ndarray:
-        eng_check = engine(self.path)          # availability first: the clearest error on Linux
-        del eng_check
+        engine(self.path)                      # availability first: the clearest error off macOS
         return self.layer(call.weight, call.bias, check_dtype(call.dtype)).run(call.x, call.geometry)
 
     def conv_transpose2d(self, call: Call) -> np.ndarray:

@@ -208,7 +208,8 @@ class GraphRunner:
                 y = graph.padTensor_withPaddingMode_leftPadding_rightPadding_constantValue_name_(
                     y, 0, [0, 0, 0, 0], [0, rows, cols, 0], 0.0, "tail")   # MPSGraphPaddingModeConstant
         if plan.bias_shape is not None:
-            y = graph.additionWithPrimaryTensor_secondaryTensor_name_(y, placeholder("bias", plan.bias_shape), "bias")
+            bias = placeholder("bias", plan.bias_shape)
+            y = graph.additionWithPrimaryTensor_secondaryTensor_name_(y, bias, "add_bias")
         if plan.compute_data_type != plan.data_type:
             y = graph.castTensor_toType_name_(y, plan.data_type, "result")
         self.result = y
