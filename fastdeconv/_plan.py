@@ -32,8 +32,9 @@ class ConvTranspose2d:
     ``plan(x, output_size=None, out=None)`` returns ``conv_transpose2d(x, weight, bias, ...)``.
 
     ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"); by default the layer's
-    shape chooses (see ``fastdeconv._cpu_backend.choose_deconv_algorithm``). ``backend`` is "cpu"
-    or "reference" (the numpy oracle, for checking). Calls are thread-safe.
+    shape chooses (see ``fastdeconv._cpu_backend.choose_deconv_algorithm``). ``backend`` is "cpu",
+    "reference" (the numpy oracle, for checking), or "mps" / "mps-cnn" on macOS, which keep the
+    weights and the compiled graph or kernels on the GPU across calls. Calls are thread-safe.
     """
 
     def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
@@ -51,12 +52,16 @@ class ConvTranspose2d:
         if algorithm is not None and algorithm not in DECONV_ALGORITHMS:
             raise ValueError(f"algorithm must be one of {sorted(DECONV_ALGORITHMS)}, got {algorithm!r}")
         self.algorithm = algorithm or choose_deconv_algorithm(self.geometry)
-        self._layers = {}     # compute dtype -> PackedLayer
+        self._layers = {}     # compute dtype -> PackedLayer (cpu) or MetalLayer (mps, mps-cnn)
         self._runners = {}    # (geometry, compute dtype, threads) -> _cpu.Runner
         self._geometries = {}  # (x shape, output_size) -> ConvGeometry
         self._lock = threading.Lock()
         if backend == "cpu":
             self._layer(np.result_type(self.weight.dtype, np.float32))
+        elif backend in ("mps", "mps-cnn"):
+            from .metal.backend import engine
+
+            engine(backend)   # raises RuntimeError with the reason when Metal cannot run here
 
     def __repr__(self):
         c_in, kh, kw, cog = self.weight.shape
@@ -87,6 +92,13 @@ class ConvTranspose2d:
             output_size = tuple(output_size) if not isinstance(output_size, int) else output_size
         call = prepare(x, self.weight, self.bias, out, transposed=True,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
+        if self.backend in ("mps", "mps-cnn"):
+            layer = self._layers.get(call.dtype)
+            if layer is None:
+                layer = self._backend.layer(self.weight, self.bias, call.dtype)
+                with self._lock:
+                    self._layers[call.dtype] = layer
+            return finish(call, layer.run(call.x, call.geometry))
         if self.backend != "cpu":
             return finish(call, self._backend.conv_transpose2d(call))
         from ._cpu import get_num_threads
