@@ -35,6 +35,7 @@ cdef extern from "conv_geometry.h" nogil:
         Py_ssize_t groups
 
 cdef extern from "gemm.h" nogil:
+    enum: FD_GEMM_COLUMN_ALIGN
     size_t fd_sgemm_packed_size(size_t K, size_t N)
     size_t fd_dgemm_packed_size(size_t K, size_t N)
     void fd_sgemm_pack_b(size_t K, size_t N, const float *b, Py_ssize_t stride_k, Py_ssize_t stride_n, float *packed)
@@ -62,11 +63,13 @@ cdef extern from "kernels.h" nogil:
 
     int fd_sdeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
                               const float *x, const float *const *packed_w, const float *bias, float *y,
-                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, const float *zeros,
+                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, Py_ssize_t col_begin,
+                              Py_ssize_t col_end, const float *zeros,
                               Py_ssize_t chunk_pixels, const float **a_rows, float **c_rows)
     int fd_ddeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
                               const double *x, const double *const *packed_w, const double *bias, double *y,
-                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, const double *zeros,
+                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, Py_ssize_t col_begin,
+                              Py_ssize_t col_end, const double *zeros,
                               Py_ssize_t chunk_pixels, const double **a_rows, double **c_rows)
     int fd_sdeconv_depthwise_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
                                   const float *x, const float *wr, const float *bias, float *y,
@@ -300,6 +303,9 @@ cdef enum Kind:
 _KINDS = {"col2im": KIND_COL2IM, "phase": KIND_PHASE, "depthwise": KIND_DEPTHWISE, "im2col": KIND_IM2COL}
 
 
+# Every task is a row of 5 numbers (a, row_begin, row_end, col_begin, col_end); `a` is the image
+# (col2im, im2col) or the row phase (phase); the column range is used by phase only.
+
 def _band_tasks(Py_ssize_t batch, Py_ssize_t rows, int threads):
     """(n, row_begin, row_end) tasks over each image's output rows; about 2 per thread."""
     cdef Py_ssize_t bands = 1
@@ -308,14 +314,27 @@ def _band_tasks(Py_ssize_t batch, Py_ssize_t rows, int threads):
     if threads > 1 and batch < 2 * threads:
         bands = min(_ceil_div(2 * threads, batch), rows)
     cdef Py_ssize_t band_rows = _ceil_div(rows, bands)
-    return [(n, r0, min(r0 + band_rows, rows)) for n in range(batch) for r0 in range(0, rows, band_rows)]
+    return [(n, r0, min(r0 + band_rows, rows), 0, 0) for n in range(batch) for r0 in range(0, rows, band_rows)]
 
 
 def _row_range_tasks(Py_ssize_t rows, int threads, Py_ssize_t phase=0, Py_ssize_t split=1):
     """(phase, row_begin, row_end) tasks over `rows` rows; about 4 per thread overall, where the
     rows are one of `split` equal parts of the work."""
     cdef Py_ssize_t per_task = max(1, _ceil_div(rows * split, 4 * threads)) if threads > 1 else max(rows, 1)
-    return [(phase, r0, min(r0 + per_task, rows)) for r0 in range(0, rows, per_task)]
+    return [(phase, r0, min(r0 + per_task, rows), 0, 0) for r0 in range(0, rows, per_task)]
+
+
+def _phase_tasks(Py_ssize_t ry, Py_ssize_t rows, Py_ssize_t pixels, Py_ssize_t cols, Py_ssize_t stride_h,
+                 int threads):
+    """Tasks for the `rows` rows (`pixels` output pixels per group) of row phase ry. Threads split
+    the operand that is larger, so the other is the one read twice: B's columns (`cols` output
+    channels per group, in aligned blocks) when there are fewer pixels than channels, else the rows."""
+    cdef Py_ssize_t parts, per_part
+    if threads > 1 and pixels < cols and cols > FD_GEMM_COLUMN_ALIGN:
+        parts = min(_ceil_div(threads, stride_h), _ceil_div(cols, FD_GEMM_COLUMN_ALIGN))
+        per_part = _ceil_div(_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN
+        return [(ry, 0, rows, c0, min(c0 + per_part, cols)) for c0 in range(0, cols, per_part)]
+    return [(ry, r0, r1, 0, cols) for (_, r0, r1, _, _) in _row_range_tasks(rows, threads, ry, stride_h)]
 
 
 cdef class Runner:
@@ -359,7 +378,8 @@ cdef class Runner:
             tasks = []
             for ry in range(min(self.geo.stride_h, self.geo.out_h)):
                 rows = self.geo.batch * _ceil_div(self.geo.out_h - ry, self.geo.stride_h)
-                tasks += _row_range_tasks(rows, threads, ry, self.geo.stride_h)
+                tasks += _phase_tasks(ry, rows, rows * _ceil_div(self.geo.out_w, self.geo.stride_w),
+                                      self.geo.out_channels // self.geo.groups, self.geo.stride_h, threads)
             self.chunk = _gemm_chunk(taps * cig, itemsize)
             self.ws_pointers = self.chunk * (taps + 1)
         else:
@@ -368,7 +388,7 @@ cdef class Runner:
             tasks = []
         self.ntasks = len(tasks)
         self.threads = max(1, min(threads, self.ntasks))
-        self.task_array = np.array(tasks, dtype=np.intp).reshape(-1, 3)
+        self.task_array = np.array(tasks, dtype=np.intp).reshape(-1, 5)
 
     def run(self, x, y):
         """Fill y (C-contiguous, the runner's dtype and geometry) from x (C-contiguous)."""
@@ -437,7 +457,7 @@ cdef struct RunArgs:
 
 cdef int _run_task(const RunArgs *a, Py_ssize_t task, int tid) noexcept nogil:
     """Run one task on this thread's slice of the workspace."""
-    cdef const Py_ssize_t *t = a.tasks + 3 * task
+    cdef const Py_ssize_t *t = a.tasks + 5 * task
     cdef char *ws = a.workspace + tid * a.ws_bytes
     cdef Py_ssize_t reals_bytes = a.ws_reals * (8 if a.is_double else 4)
     cdef void **pointers = <void **>(ws + reals_bytes)
@@ -454,11 +474,11 @@ cdef int _run_task(const RunArgs *a, Py_ssize_t task, int tid) noexcept nogil:
         if a.is_double:
             return fd_ddeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const double *>a.x,
                                          <const double *const *>a.weights, <const double *>a.bias, <double *>a.y,
-                                         t[0], t[1], t[2], <const double *>a.zeros, a.chunk,
+                                         t[0], t[1], t[2], t[3], t[4], <const double *>a.zeros, a.chunk,
                                          <const double **>pointers, <double **>(pointers + a.chunk * taps))
         return fd_sdeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const float *>a.x,
                                      <const float *const *>a.weights, <const float *>a.bias, <float *>a.y,
-                                     t[0], t[1], t[2], <const float *>a.zeros, a.chunk,
+                                     t[0], t[1], t[2], t[3], t[4], <const float *>a.zeros, a.chunk,
                                      <const float **>pointers, <float **>(pointers + a.chunk * taps))
     if a.kind == KIND_DEPTHWISE:
         if a.is_double:

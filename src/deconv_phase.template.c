@@ -16,6 +16,10 @@
  * [0, N*Jy) is image r / Jy, output row ry + (r % Jy)*sH, with Jy = ceil((Ho - ry)/sH).
  * Threads take disjoint (ry, row range) units.
  *
+ * A unit may also take only the output channels [col_begin, col_end) of each group, so that
+ * threads can split B's columns when B is larger than A (few pixels, many weights);
+ * col_begin must be a multiple of FD_GEMM_COLUMN_ALIGN (B's packed panels start there).
+ *
  * taps_y: sH rows of (1 + kH) entries: the count Ty(ry), then the ky values (ascending);
  * taps_x likewise. B's K index is (ty*Tx + tx)*Cig + i, matching a_rows[m*T + ty*Tx + tx].
  */
@@ -26,7 +30,8 @@
 int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                              const FD_REAL *FD_RESTRICT x, const FD_REAL *const *packed_w,
                              const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
-                             ptrdiff_t row_begin, ptrdiff_t row_end, const FD_REAL *zeros,
+                             ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
+                             const FD_REAL *zeros,
                              ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
@@ -35,7 +40,10 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
     const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH;
-    if (ry < 0 || ry >= sH || row_begin < 0 || row_end > geo->batch * Jy || chunk_pixels < 1) return FD_ERR_ARGUMENT;
+    const ptrdiff_t cols = col_end - col_begin;
+    if (ry < 0 || ry >= sH || row_begin < 0 || row_end > geo->batch * Jy || chunk_pixels < 1 || col_begin < 0 ||
+        col_end > Cog || cols < 0 || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
+        return FD_ERR_ARGUMENT;
 
     const ptrdiff_t *ky_list = taps_y + ry * (1 + kH) + 1;
     const ptrdiff_t Ty = ky_list[-1];
@@ -45,13 +53,13 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
     if (Ty > FD_MAX_PHASE_TAPS || kW > FD_MAX_PHASE_TAPS) return FD_ERR_ARGUMENT;
     for (ptrdiff_t ty = 0; ty < Ty; ty++) base_y[ty] = (ry + geo->pad_top - ky_list[ty] * dH) / sH;
     for (ptrdiff_t g = 0; g < G; g++) {
-        const FD_REAL *g_bias = bias ? bias + g * Cog : NULL;
+        const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
             const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
             const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
             const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
             for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
-            const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx];
+            const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx] + T * Cig * col_begin;
             const ptrdiff_t first = row_begin * Jx, last = row_end * Jx;   /* pixels of this phase */
             /* position of pixel `first`: image n, phase row jy, phase column jx */
             ptrdiff_t jx = first % Jx, n = (first / Jx) / Jy, jy = (first / Jx) % Jy;
@@ -59,7 +67,7 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
                 const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
                 for (ptrdiff_t m = 0; m < M; m++) {
                     const FD_REAL *x_image = x + n * H * W * Cin + g * Cig;
-                    c_rows[m] = y + ((n * Ho + ry + jy * sH) * Wo + rx + jx * sW) * Cout + g * Cog;
+                    c_rows[m] = y + ((n * Ho + ry + jy * sH) * Wo + rx + jx * sW) * Cout + g * Cog + col_begin;
                     const FD_REAL **a = a_rows + m * T;
                     for (ptrdiff_t ty = 0; ty < Ty; ty++) {
                         const ptrdiff_t iy = jy + base_y[ty];
@@ -76,9 +84,9 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
                 }
                 if (T == 0 || Cig == 0) {
                     for (ptrdiff_t m = 0; m < M; m++)
-                        for (ptrdiff_t o = 0; o < Cog; o++) c_rows[m][o] = g_bias ? g_bias[o] : (FD_REAL)0;
+                        for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = g_bias ? g_bias[o] : (FD_REAL)0;
                 } else {
-                    FD_FN(gemm_indirect)((size_t)M, (size_t)Cog, (size_t)T, (size_t)Cig, a_rows, B, g_bias,
+                    FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, B, g_bias,
                                          c_rows, 0);
                 }
             }

@@ -74,6 +74,10 @@
 extern "C" {
 #endif
 
+/* Columns [n0, N) of a packed B start at packed + K*n0 when n0 is a multiple of this
+ * (a float panel; two double panels), so callers can split B's columns between threads. */
+#define FD_GEMM_COLUMN_ALIGN 32
+
 /* Number of floats/doubles the packed form of a K x N matrix B needs (includes padding). */
 size_t fd_sgemm_packed_size(size_t K, size_t N);
 size_t fd_dgemm_packed_size(size_t K, size_t N);

@@ -30,16 +30,19 @@ int fd_dconv_im2col_band(const fd_geometry *geo, const double *x, const double *
 /* Stride-phase (sub-pixel) transposed convolution (deconv_phase.template.c).
  * taps_y: sH x (1 + kH) (count, then the ky of each row phase); taps_x: sW x (1 + kW).
  * packed_w[(g*sH + ry)*sW + rx]: the (Ty*Tx*Cig, Cog) sub-kernel, packed.
- * Rows [row_begin, row_end) of phase ry, counted across the batch (see the template).
+ * Rows [row_begin, row_end) of phase ry, counted across the batch, and output channels
+ * [col_begin, col_end) of each group (col_begin a multiple of FD_GEMM_COLUMN_ALIGN).
  * zeros: at least Cig zero elements. Workspace: a_rows chunk_pixels*kH*kW pointers,
  * c_rows chunk_pixels pointers. */
 int fd_sdeconv_phase_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                           const float *x, const float *const *packed_w, const float *bias, float *y,
-                          ptrdiff_t ry, ptrdiff_t row_begin, ptrdiff_t row_end, const float *zeros,
+                          ptrdiff_t ry, ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin,
+                          ptrdiff_t col_end, const float *zeros,
                           ptrdiff_t chunk_pixels, const float **a_rows, float **c_rows);
 int fd_ddeconv_phase_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                           const double *x, const double *const *packed_w, const double *bias, double *y,
-                          ptrdiff_t ry, ptrdiff_t row_begin, ptrdiff_t row_end, const double *zeros,
+                          ptrdiff_t ry, ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin,
+                          ptrdiff_t col_end, const double *zeros,
                           ptrdiff_t chunk_pixels, const double **a_rows, double **c_rows);
 
 /* Depthwise transposed convolution, groups == C_in (deconv_depthwise.template.c).
