@@ -1,0 +1,42 @@
+"""Fixtures that run a test through every CPU path (deconv algorithm x GEMM ISA) and restore global state."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import fastdeconv  # noqa: E402
+from fastdeconv import _cpu  # noqa: E402
+
+from helpers import ALGORITHM_ENV, DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state(monkeypatch):
+    """No test may leak a forced algorithm, GEMM ISA or thread count into the next one."""
+    monkeypatch.delenv(ALGORITHM_ENV, raising=False)
+    isa = _cpu.get_gemm_isa()
+    threads = fastdeconv.get_num_threads()
+    yield
+    _cpu.set_gemm_isa(isa)
+    fastdeconv.set_num_threads(threads)
+
+
+@pytest.fixture(params=DECONV_PATHS, ids=[f"{a}-{i}" for a, i in DECONV_PATHS])
+def deconv_path(request, monkeypatch):
+    """(algorithm, isa): $FASTDECONV_ALGORITHM and the GEMM ISA forced for the test, restored after."""
+    algorithm, isa = request.param
+    monkeypatch.setenv(ALGORITHM_ENV, algorithm)
+    with gemm_isa(isa):
+        yield algorithm, isa
+
+
+@pytest.fixture(params=GEMM_ISAS)
+def isa_path(request):
+    """A forced GEMM ISA (conv2d has a single algorithm), restored after."""
+    with gemm_isa(request.param):
+        yield request.param

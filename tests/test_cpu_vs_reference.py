@@ -1,0 +1,257 @@
+"""The CPU backend against the numpy reference, through every deconv algorithm x GEMM ISA.
+
+Property tests (hypothesis) over the whole parameter space plus named cases for the
+corners that tiled kernels usually get wrong.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastdeconv
+from fastdeconv import _cpu_backend
+from helpers import ALGORITHM_ENV, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case
+
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=False,
+)
+
+DTYPES = ["float16", "float32", "float64"]
+
+
+@st.composite
+def _channels(draw):
+    """(groups, C_in, C_out): plain, grouped, depthwise (Cig=1) and channel multipliers (Cig=1, Cog>1)."""
+    kind = draw(st.sampled_from(["plain", "grouped", "depthwise", "multiplier"]))
+    if kind == "plain":
+        g, cig, cog = 1, draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    elif kind == "grouped":
+        g, cig, cog = draw(st.integers(2, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    elif kind == "depthwise":
+        g, cig, cog = draw(st.integers(1, 6)), 1, 1
+    else:
+        g, cig, cog = draw(st.integers(1, 5)), 1, draw(st.integers(2, 4))
+    return g, g * cig, g * cog
+
+
+@st.composite
+def _common(draw, op):
+    g, cin, cout = draw(_channels())
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dtype = draw(st.sampled_from(DTYPES))
+    mixed = draw(st.sampled_from([None, None, None, "float16", "float32", "float64"]))
+    unbatched = draw(st.booleans())
+    return dict(
+        op=op,
+        n=1 if unbatched else draw(st.integers(0, 3)),
+        c_in=cin, c_out=cout, groups=g, kernel=(kh, kw),
+        stride=stride if draw(st.booleans()) else stride[0],
+        dilation=dilation if draw(st.booleans()) else dilation[0],
+        bias=draw(st.booleans()),
+        unbatched=unbatched,
+        x_layout=draw(st.sampled_from(LAYOUTS)),
+        w_layout=draw(st.sampled_from(LAYOUTS)),
+        dtype=dtype, w_dtype=mixed,
+        b_dtype=draw(st.sampled_from([None, None, "float64", "float32"])),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        threads=draw(st.sampled_from([None, 1, 2, 3, 4])),
+    )
+
+
+def _pair(p):
+    return p[0] if p[0] == p[1] else p
+
+
+@st.composite
+def deconv_cases(draw):
+    c = draw(_common("t"))
+    hw = (draw(st.integers(1, 7)), draw(st.integers(1, 7)))
+    s = c["stride"] if isinstance(c["stride"], tuple) else (c["stride"],) * 2
+    d = c["dilation"] if isinstance(c["dilation"], tuple) else (c["dilation"],) * 2
+    kd = [di * (k - 1) + 1 for di, k in zip(d, c["kernel"])]
+    full = [(i - 1) * si + e for i, si, e in zip(hw, s, kd)]
+    limit = [max(si, di) for si, di in zip(s, d)]
+    mode = draw(st.sampled_from(["int", "pair", "pairs", "same", "valid"]))
+    if mode in ("same", "valid"):
+        padding = mode if draw(st.booleans()) else mode.upper()
+        pads = [(0, 0), (0, 0)]
+    else:
+        if mode == "pairs":
+            pads = []
+            for f in full:                              # keep the output >= 1 row
+                top = draw(st.integers(0, min(4, f - 1)))
+                pads.append((top, draw(st.integers(0, min(4, f - 1 - top)))))
+        else:
+            pads = [(p, p) for p in (draw(st.integers(0, min(3, (f - 1) // 2))) for f in full)]
+            if mode == "int":
+                pads = [(min(pads[0][0], pads[1][0]),) * 2] * 2
+        padding = {"int": pads[0][0], "pair": (pads[0][0], pads[1][0]), "pairs": tuple(pads)}[mode]
+    op, size = 0, None
+    if mode == "same":
+        if draw(st.booleans()):
+            size = (hw[0] * s[0], hw[1] * s[1])
+    else:
+        base = [f - p0 - p1 for f, (p0, p1) in zip(full, pads)]
+        ops = (draw(st.integers(0, limit[0] - 1)), draw(st.integers(0, limit[1] - 1)))
+        how = draw(st.sampled_from(["none", "op", "size", "both"]))
+        if how in ("op", "both"):
+            op = _pair(ops)
+        if how in ("size", "both"):
+            size = (base[0] + ops[0], base[1] + ops[1])
+    return Case(hw=hw, padding=padding, output_padding=op, output_size=size, **c)
+
+
+@st.composite
+def conv_cases(draw):
+    c = draw(_common("c"))
+    s = c["stride"] if isinstance(c["stride"], tuple) else (c["stride"],) * 2
+    d = c["dilation"] if isinstance(c["dilation"], tuple) else (c["dilation"],) * 2
+    kd = [di * (k - 1) + 1 for di, k in zip(d, c["kernel"])]
+    mode = draw(st.sampled_from(["int", "pair", "pairs", "same", "valid"]))
+    if mode in ("same", "valid"):
+        padding, pads = mode, [(0, 0), (0, 0)]
+    else:
+        pads = [(draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2)]
+        if mode == "int":
+            pads = [(pads[0][0],) * 2] * 2
+        elif mode == "pair":
+            pads = [(pads[0][0],) * 2, (pads[1][0],) * 2]
+        padding = {"int": pads[0][0], "pair": (pads[0][0], pads[1][0]), "pairs": tuple(pads)}[mode]
+    hw = []
+    for e, (p0, p1) in zip(kd, pads):                  # the padded input must hold the dilated kernel
+        low = 1 if mode == "same" else max(1, e - p0 - p1)
+        hw.append(draw(st.integers(low, max(7, low + 2))))
+    return Case(hw=tuple(hw), padding=padding, **c)
+
+
+@SETTINGS
+@given(case=deconv_cases())
+def test_conv_transpose2d_matches_reference(deconv_path, case):
+    check_case(case, algorithm=deconv_path[0])
+
+
+@SETTINGS
+@given(case=conv_cases())
+def test_conv2d_matches_reference(isa_path, case):
+    check_case(case)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named corners
+# ---------------------------------------------------------------------------------------------
+
+NAMED_DECONV = {
+    "stride_gt_kernel": Case(hw=(4, 5), kernel=(2, 1), stride=(3, 4), c_in=3, c_out=5),
+    "stride_gt_kernel_bias_only_rows": Case(hw=(3, 3), kernel=(1, 1), stride=3, padding="same"),
+    "same_odd_total": Case(hw=(4, 3), kernel=(4, 3), stride=(1, 2), padding="same", c_in=2, c_out=3),
+    "same_dilated_lt_stride": Case(hw=(3, 4), kernel=(2, 2), dilation=(1, 2), stride=(4, 2), padding="same"),
+    "output_padding": Case(hw=(4, 4), kernel=(3, 3), stride=2, padding=1, output_padding=1),
+    "output_padding_per_axis": Case(hw=(3, 5), kernel=(2, 3), stride=(3, 2), output_padding=(2, 1)),
+    "output_padding_below_dilation": Case(hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, output_padding=2),
+    "output_size": Case(hw=(5, 4), kernel=(3, 3), stride=3, padding=1, output_size=(15, 12)),
+    "dilation_with_stride": Case(hw=(5, 4), kernel=(3, 2), stride=(2, 3), dilation=(3, 2), padding=(2, 1)),
+    "asymmetric_padding": Case(hw=(5, 5), kernel=(3, 4), stride=2, padding=((0, 3), (2, 1))),
+    "heavy_crop": Case(hw=(3, 3), kernel=(4, 4), stride=2, padding=((3, 4), (4, 3))),
+    "valid": Case(hw=(3, 2), kernel=(2, 3), stride=(2, 1), padding="valid"),
+    "depthwise": Case(hw=(6, 5), c_in=7, c_out=7, groups=7, kernel=(3, 3), stride=2, padding=1),
+    "channel_multiplier": Case(hw=(4, 6), c_in=4, c_out=12, groups=4, kernel=(3, 2), stride=2),
+    "grouped": Case(hw=(4, 4), c_in=6, c_out=9, groups=3, kernel=(2, 3), stride=(1, 2), dilation=2),
+    "unbatched": Case(hw=(4, 5), unbatched=True, kernel=(3, 2), stride=2, padding=(1, 0)),
+    "non_contiguous_x": Case(n=2, hw=(5, 4), x_layout="sliced", stride=2),
+    "transposed_x_weight": Case(n=2, hw=(5, 4), x_layout="transposed", w_layout="transposed", stride=(1, 2)),
+    "negative_strides": Case(n=3, hw=(3, 4), x_layout="reversed", w_layout="reversed", groups=1, stride=2),
+    "N0": Case(n=0, hw=(4, 4), stride=2),
+    "1x1_kernel": Case(hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1)),
+    "1x1_kernel_stride2": Case(hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1), stride=2, output_padding=1),
+    "1x1_input": Case(hw=(1, 1), kernel=(3, 2), stride=2),
+    "large_channels": Case(n=1, hw=(5, 6), c_in=300, c_out=70, kernel=(3, 3), stride=2, padding=1),
+    "large_channels_grouped": Case(n=1, hw=(4, 4), c_in=256, c_out=96, groups=2, kernel=(2, 2), stride=2),
+    "wide_image": Case(n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
+    "wide_image_many_columns": Case(n=1, hw=(8, 130), c_in=16, c_out=70, kernel=(3, 3), padding=1),
+    "gemm_chunk_crossing": Case(n=1, hw=(3, 130), c_in=200, c_out=24, kernel=(3, 3), padding=1),
+    "gemm_chunk_crossing_stride2": Case(n=1, hw=(3, 70), c_in=200, c_out=16, kernel=(3, 3), stride=2),
+    "many_threads_tasks": Case(n=7, hw=(6, 5), c_in=8, c_out=8, kernel=(3, 3), stride=2, padding=1),
+    "tall_batch": Case(n=5, hw=(9, 2), c_in=3, c_out=2, kernel=(4, 1), stride=(2, 1)),
+    "no_bias": Case(hw=(4, 4), bias=False, stride=2, padding=1, output_padding=1),
+}
+DTYPE_PARAMS = ["float16", "float32", "float64"]
+
+
+
+
+def _named_deconv_params():
+    """(path, name) pairs, leaving out geometries an algorithm declares unsupported (decided at collection)."""
+    params = []
+    for name, case in NAMED_DECONV.items():
+        geometry = case.geometry(*case.arrays()[:2])
+        for algorithm, isa in DECONV_PATHS:
+            if algorithm_supports(algorithm, geometry):
+                params.append(pytest.param((algorithm, isa), name, id=f"{algorithm}-{isa}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("deconv_path,name", _named_deconv_params(), indirect=["deconv_path"])
+def test_conv_transpose2d_named(deconv_path, name, dtype):
+    case = NAMED_DECONV[name]
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3})
+    assert check_case(case, algorithm=deconv_path[0])
+
+
+NAMED_CONV = {
+    "stride_gt_kernel": Case(op="c", hw=(9, 10), kernel=(2, 1), stride=(3, 4), c_in=3, c_out=5),
+    "same_stride": Case(op="c", hw=(7, 6), kernel=(4, 3), stride=(2, 3), padding="same"),
+    "dilation_with_stride": Case(op="c", hw=(9, 8), kernel=(3, 2), stride=(2, 3), dilation=(3, 2), padding=(2, 1)),
+    "asymmetric_padding": Case(op="c", hw=(5, 5), kernel=(3, 4), stride=2, padding=((0, 3), (2, 1))),
+    "depthwise": Case(op="c", hw=(6, 5), c_in=7, c_out=7, groups=7, kernel=(3, 3), stride=2, padding=1),
+    "channel_multiplier": Case(op="c", hw=(4, 6), c_in=4, c_out=12, groups=4, kernel=(3, 2)),
+    "unbatched": Case(op="c", hw=(4, 5), unbatched=True, kernel=(3, 2), stride=2, padding=(1, 0)),
+    "non_contiguous": Case(op="c", n=2, hw=(5, 4), x_layout="sliced", w_layout="transposed", padding=1),
+    "N0": Case(op="c", n=0, hw=(4, 4)),
+    "1x1_kernel": Case(op="c", hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1), stride=2),
+    "large_channels": Case(op="c", hw=(6, 7), c_in=300, c_out=70, kernel=(3, 3), padding=1),
+    "wide_image": Case(op="c", n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
+    "gemm_chunk_crossing": Case(op="c", n=1, hw=(4, 130), c_in=200, c_out=24, kernel=(3, 3), padding=1),
+    "many_pixels_chunks": Case(op="c", n=1, hw=(9, 130), c_in=4, c_out=3, kernel=(2, 2), padding="same"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", list(NAMED_CONV))
+def test_conv2d_named(isa_path, name, dtype):
+    case = NAMED_CONV[name]
+    check_case(Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3}))
+
+
+@pytest.mark.parametrize("algorithm", DECONV_ALGORITHMS)
+def test_every_algorithm_is_exercised(algorithm):
+    """The 'unsupported geometry' skip must not silently skip an algorithm everywhere."""
+    supported = [name for name, case in NAMED_DECONV.items()
+                 if algorithm_supports(algorithm, case.geometry(*case.arrays()[:2]))]
+    assert supported, f"{algorithm} supports none of the named cases"
+    assert algorithm_supports(algorithm, NAMED_DECONV["depthwise"].geometry(*NAMED_DECONV["depthwise"].arrays()[:2]))
+
+
+def test_forcing_unknown_algorithm_is_an_error(monkeypatch):
+    monkeypatch.setenv(ALGORITHM_ENV, "no-such-algorithm")
+    x, w, b = Case().arrays()
+    with pytest.raises(ValueError, match="no-such-algorithm"):
+        fastdeconv.conv_transpose2d(x, w, b, backend="cpu")
+
+
+@pytest.mark.parametrize("algorithm", DECONV_ALGORITHMS)
+def test_forcing_an_algorithm_selects_it(monkeypatch, algorithm):
+    """The env var really picks the algorithm under test (else every path would test the default)."""
+    case = NAMED_DECONV["depthwise"]
+    geometry = case.geometry(*case.arrays()[:2])
+    monkeypatch.setenv(ALGORITHM_ENV, algorithm)
+    assert _cpu_backend.choose_deconv_algorithm(geometry) == algorithm
