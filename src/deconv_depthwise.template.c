@@ -37,21 +37,27 @@ FD_TARGET int FD_ISA_FN(deconv_depthwise_rows)(const fd_geometry *geo, const ptr
     if (geo->groups != Cin || row_begin < 0 || row_end > geo->batch * Ho) return FD_ERR_ARGUMENT;
 
     for (ptrdiff_t r = row_begin; r < row_end; r++) {          /* r = n*Ho + oy */
-        const ptrdiff_t n = r / Ho, oy = r % Ho;
+        const ptrdiff_t n = r / Ho, oy = r % Ho, ry = oy % sH, jy = oy / sH;
         FD_REAL *FD_RESTRICT row = y + r * Wo * C;
         for (ptrdiff_t ox = 0; ox < Wo; ox++)
             for (ptrdiff_t c = 0; c < C; c++) row[ox * C + c] = bias ? bias[c] : (FD_REAL)0;
-        const ptrdiff_t *ky_list = taps_y + (oy % sH) * (1 + kH);
+        const ptrdiff_t *ky_list = taps_y + ry * (1 + kH);
         for (ptrdiff_t ty = 1; ty <= ky_list[0]; ty++) {
-            const ptrdiff_t ky = ky_list[ty], num_y = oy + geo->pad_top - ky * dH;
-            if (num_y < 0 || num_y / sH >= H) continue;
-            const FD_REAL *x_row = x + (n * H + num_y / sH) * W * Cin;
-            for (ptrdiff_t ox = 0; ox < Wo; ox++) {
-                const ptrdiff_t *kx_list = taps_x + (ox % sW) * (1 + kW);
+            const ptrdiff_t ky = ky_list[ty];
+            const ptrdiff_t iy = jy + (ry + geo->pad_top - ky * dH) / sH;   /* exact division */
+            if (iy < 0 || iy >= H) continue;
+            const FD_REAL *x_row = x + (n * H + iy) * W * Cin;
+            /* Column phase rx: output columns ox = rx + jx*sW read input column jx + base (exact),
+               so each tap is a run of consecutive input pixels: no division per pixel. */
+            for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
+                const ptrdiff_t *kx_list = taps_x + rx * (1 + kW);
+                const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
                 for (ptrdiff_t tx = 1; tx <= kx_list[0]; tx++) {
-                    const ptrdiff_t kx = kx_list[tx], num_x = ox + geo->pad_left - kx * dW;
-                    if (num_x < 0 || num_x / sW >= W) continue;
-                    FD_ISA_FN(depthwise_axpy)(row + ox * C, x_row + (num_x / sW) * Cin, wr + (ky * kW + kx) * C, C, Cog);
+                    const ptrdiff_t kx = kx_list[tx], base = (rx + geo->pad_left - kx * dW) / sW;
+                    const ptrdiff_t jx_begin = base < 0 ? -base : 0, jx_end = Jx < W - base ? Jx : W - base;
+                    const FD_REAL *w_tap = wr + (ky * kW + kx) * C;
+                    for (ptrdiff_t jx = jx_begin; jx < jx_end; jx++)
+                        FD_ISA_FN(depthwise_axpy)(row + (rx + jx * sW) * C, x_row + (jx + base) * Cin, w_tap, C, Cog);
                 }
             }
         }
