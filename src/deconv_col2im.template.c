@@ -58,16 +58,23 @@ int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT
                                  c_rows, 0);
             for (ptrdiff_t p = 0; p < M; p++) {
                 const ptrdiff_t iy = iy0 + p / W, ix = p % W;
+                /* the taps kx whose column lands inside the output: ox = ix*sW - pad_left + kx*dW */
+                const ptrdiff_t ox0 = ix * sW - geo->pad_left;
+                ptrdiff_t kx_lo = ox0 >= 0 ? 0 : fd_ceil_div(-ox0, dW);
+                ptrdiff_t kx_hi = fd_floor_div(Wo - 1 - ox0, dW) + 1;
+                if (kx_hi > kW) kx_hi = kW;
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
                     const ptrdiff_t oy = iy * sH - geo->pad_top + ky * dH;
                     if (oy < oy_begin || oy >= oy_end) continue;
-                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                        const ptrdiff_t ox = ix * sW - geo->pad_left + kx * dW;
-                        if (ox < 0 || ox >= Wo) continue;
-                        FD_REAL *FD_RESTRICT dst = y_image + (oy * Wo + ox) * Cout + g * Cog;
-                        const FD_REAL *FD_RESTRICT src = col + p * taps_cols + (ky * kW + kx) * Cog;
-                        for (ptrdiff_t o = 0; o < Cog; o++) dst[o] += src[o];
+                    const FD_REAL *FD_RESTRICT src = col + p * taps_cols + ky * kW * Cog;
+                    FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;   /* indexed at ox >= 0 only */
+                    if (dW == 1 && G == 1) {
+                        /* consecutive taps hit consecutive pixels: one contiguous run of (kx_hi - kx_lo)*Cout */
+                        for (ptrdiff_t e = kx_lo * Cog; e < kx_hi * Cog; e++) dst_row[ox0 * Cout + e] += src[e];
+                        continue;
                     }
+                    for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++)
+                        for (ptrdiff_t o = 0; o < Cog; o++) dst_row[(ox0 + kx * dW) * Cout + o] += src[kx * Cog + o];
                 }
             }
         }
