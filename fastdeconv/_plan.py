@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from . import _backends
+from ._cpu import get_num_threads
 from ._cpu_backend import DECONV_ALGORITHMS, PackedLayer, choose_deconv_algorithm
 from ._params import resolve_conv_transpose2d
 from ._validate import finish, prepare, result_buffer
@@ -101,8 +102,6 @@ class ConvTranspose2d:
             return finish(call, layer.run(call.x, call.geometry))
         if self.backend != "cpu":
             return finish(call, self._backend.conv_transpose2d(call))
-        from ._cpu import get_num_threads
-
         dtype = call.compute_dtype
         key = (call.geometry, dtype, get_num_threads())
         runner = self._runners.get(key)
