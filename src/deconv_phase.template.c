@@ -14,6 +14,7 @@
  *
  * Work unit: output rows of one row phase ry, counted across the batch: row r in
  * [0, N*Jy) is image r / Jy, output row ry + (r % Jy)*sH, with Jy = ceil((Ho - ry)/sH).
+ * Workspace: chunk_pixels * T pointers in a_rows and chunk_pixels in c_rows.
  * Threads take disjoint (ry, row range) units.
  *
  * A unit may also take only the output channels [col_begin, col_end) of each group, so that
@@ -52,42 +53,50 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
     ptrdiff_t base_y[FD_MAX_PHASE_TAPS], base_x[FD_MAX_PHASE_TAPS];
     if (Ty > FD_MAX_PHASE_TAPS || kW > FD_MAX_PHASE_TAPS) return FD_ERR_ARGUMENT;
     for (ptrdiff_t ty = 0; ty < Ty; ty++) base_y[ty] = (ry + geo->pad_top - ky_list[ty] * dH) / sH;
-    for (ptrdiff_t g = 0; g < G; g++) {
-        const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
-        for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
-            const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
-            const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
-            const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
-            for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
-            const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx] + T * Cig * col_begin;
-            const ptrdiff_t first = row_begin * Jx, last = row_end * Jx;   /* pixels of this phase */
-            /* position of pixel `first`: image n, phase row jy, phase column jx */
-            ptrdiff_t jx = first % Jx, n = (first / Jx) / Jy, jy = (first / Jx) % Jy;
-            for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
-                const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
-                for (ptrdiff_t m = 0; m < M; m++) {
-                    const FD_REAL *x_image = x + n * H * W * Cin + g * Cig;
-                    c_rows[m] = y + ((n * Ho + ry + jy * sH) * Wo + rx + jx * sW) * Cout + g * Cog + col_begin;
-                    const FD_REAL **a = a_rows + m * T;
-                    for (ptrdiff_t ty = 0; ty < Ty; ty++) {
-                        const ptrdiff_t iy = jy + base_y[ty];
-                        const int row_inside = iy >= 0 && iy < H;
-                        for (ptrdiff_t tx = 0; tx < Tx; tx++) {
-                            const ptrdiff_t ix = jx + base_x[tx];
-                            a[ty * Tx + tx] = (row_inside && ix >= 0 && ix < W) ? x_image + (iy * W + ix) * Cin : zeros;
+    /* Loop order: a chunk of phase rows, then groups, then column phases. The input pixels a
+       chunk reads are shared by its groups' channel slices and by the column phases, so they
+       are read from memory once and reused from cache. A GEMM call takes at most chunk_pixels
+       output pixels: whole rows, or pieces of one row when a row alone is longer. */
+    const ptrdiff_t Jx_max = (Wo + sW - 1) / sW;
+    const ptrdiff_t rows_per_chunk = Jx_max >= chunk_pixels ? 1 : chunk_pixels / Jx_max;
+    for (ptrdiff_t r0 = row_begin; r0 < row_end; r0 += rows_per_chunk) {
+        const ptrdiff_t r1 = r0 + rows_per_chunk < row_end ? r0 + rows_per_chunk : row_end;
+        for (ptrdiff_t g = 0; g < G; g++) {
+            const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
+            for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
+                const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
+                const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
+                const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
+                for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
+                const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx] + T * Cig * col_begin;
+                for (ptrdiff_t jx0 = 0; jx0 < Jx; jx0 += chunk_pixels) {
+                    const ptrdiff_t jx1 = jx0 + chunk_pixels < Jx ? jx0 + chunk_pixels : Jx;
+                    ptrdiff_t M = 0;
+                    for (ptrdiff_t r = r0; r < r1; r++) {
+                        const ptrdiff_t n = r / Jy, jy = r % Jy;
+                        const FD_REAL *x_image = x + n * H * W * Cin + g * Cig;
+                        FD_REAL *y_row = y + ((n * Ho + ry + jy * sH) * Wo + rx) * Cout + g * Cog + col_begin;
+                        for (ptrdiff_t jx = jx0; jx < jx1; jx++, M++) {
+                            c_rows[M] = y_row + jx * sW * Cout;
+                            const FD_REAL **a = a_rows + M * T;
+                            for (ptrdiff_t ty = 0; ty < Ty; ty++) {
+                                const ptrdiff_t iy = jy + base_y[ty];
+                                const int row_inside = iy >= 0 && iy < H;
+                                for (ptrdiff_t tx = 0; tx < Tx; tx++) {
+                                    const ptrdiff_t ix = jx + base_x[tx];
+                                    a[ty * Tx + tx] =
+                                        (row_inside && ix >= 0 && ix < W) ? x_image + (iy * W + ix) * Cin : zeros;
+                                }
+                            }
                         }
                     }
-                    if (++jx == Jx) {
-                        jx = 0;
-                        if (++jy == Jy) { jy = 0; n++; }
+                    if (T == 0 || Cig == 0) {
+                        for (ptrdiff_t m = 0; m < M; m++)
+                            for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = g_bias ? g_bias[o] : (FD_REAL)0;
+                    } else {
+                        FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, B, g_bias,
+                                             c_rows, 0);
                     }
-                }
-                if (T == 0 || Cig == 0) {
-                    for (ptrdiff_t m = 0; m < M; m++)
-                        for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = g_bias ? g_bias[o] : (FD_REAL)0;
-                } else {
-                    FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, B, g_bias,
-                                         c_rows, 0);
                 }
             }
         }
