@@ -139,6 +139,27 @@ def _output_hw(case):
                                          case.padding, case.output_padding, case.dilation)
 
 
+def sgemm_peak(threads, seconds=0.5):
+    """GFLOP/s of numpy's float32 matmul on 2048x2048 squares at `threads` BLAS threads (the
+    machine's practical peak, measured in the same run), or None if the threads can't be set."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    a = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
+    with threadpool_limits(limits=threads, user_api="blas"):
+        t = median_seconds(lambda: a @ a, seconds, warmup=2, min_calls=3)
+    return 2 * 2048 ** 3 / t / 1e9
+
+
+def _case_bytes(case):
+    """Bytes an ideal implementation moves: input + output + weights (float32)."""
+    ho, wo = _output_hw(case)
+    n = case.input_shape[0]
+    w_shape = case.weight_shape
+    return 4 * (int(np.prod(case.input_shape)) + n * ho * wo * case.out_channels + int(np.prod(w_shape)))
+
+
 def _relative_error(y, ref):
     return float(np.max(np.abs(y.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
 
@@ -150,7 +171,7 @@ def measure_case(case, threads, seconds=0.5, peers=True):
     x, w, b = case.arrays()
     ref = fastdeconv.reference.conv_transpose2d(x.astype(np.float64), w.astype(np.float64),
                                                 b.astype(np.float64), **case.kwargs)
-    row = {"case": case.name, "gflop": case.flops / 1e9}
+    row = {"case": case.name, "gflop": case.flops / 1e9, "mbytes": _case_bytes(case) / 1e6}
     out = fastdeconv.conv_transpose2d(x, w, b, **case.kwargs)
     row["max_rel_err"] = _relative_error(out, ref)
     row["fastdeconv_s"] = median_seconds(lambda: fastdeconv.conv_transpose2d(x, w, b, **case.kwargs), seconds)
@@ -171,33 +192,33 @@ def measure_case(case, threads, seconds=0.5, peers=True):
     return row
 
 
-def format_table(rows, threads):
-    """A markdown table: ms and GFLOP/s per implementation, our speed ratio against each peer."""
+def format_table(rows, threads, peak=None):
+    """A markdown table: ms per implementation, our GFLOP/s (and % of the sgemm peak), GB/s
+    (input + output + weights), and our speed ratio against each peer (> 1: we are faster)."""
     ours = "plan_s" if any("plan_s" in r for r in rows) else "fastdeconv_s"
-    columns = ["fastdeconv_s", "plan_s", "torch_cl_s", "ort_s"]
-    columns = [c for c in columns if any(c in r for r in rows)]
-    names = {"fastdeconv_s": "fastdeconv ms", "plan_s": "plan ms", "torch_cl_s": "torch CL ms", "ort_s": "ORT ms"}
-    header = ["case", "algorithm"] + [names[c] for c in columns] + ["GFLOP/s"]
-    header += [f"× {names[c][:-3]}" for c in ("torch_cl_s", "ort_s") if c in columns] + ["max rel err"]
-    lines = [f"threads: {threads}", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    columns = [c for c in ("fastdeconv_s", "plan_s", "torch_cl_s", "ort_s") if any(c in r for r in rows)]
+    names = {"fastdeconv_s": "function ms", "plan_s": "plan ms", "torch_cl_s": "torch CL ms", "ort_s": "ORT ms"}
+    peers = [c for c in ("torch_cl_s", "ort_s") if c in columns]
+    header = ["case", "algorithm"] + [names[c] for c in columns] + ["GFLOP/s", "% peak", "GB/s"]
+    header += [f"× {names[c][:-3]}" for c in peers] + ["max rel err"]
+    peak_text = f"{peak:.0f} GFLOP/s" if peak else "not measured (pip install threadpoolctl)"
+    lines = [f"threads: {threads}; sgemm peak (numpy float32 matmul 2048², same run): {peak_text}",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     ratios = []
     for r in rows:
+        gflops = r["gflop"] / r[ours]
         cells = [r["case"], r.get("algorithm", "")]
         cells += [f"{r[c] * 1e3:.3f}" if c in r else "-" for c in columns]
-        cells.append(f"{r['gflop'] / r[ours]:.0f}")
-        best_peer = None
-        for c in ("torch_cl_s", "ort_s"):
-            if c in columns:
-                cells.append(f"{r[c] / r[ours]:.2f}" if c in r else "-")
-                if c in r:
-                    best_peer = min(best_peer or r[c], r[c])
-        if best_peer:
-            ratios.append(best_peer / r[ours])
+        cells += [f"{gflops:.0f}", f"{100 * gflops / peak:.0f}" if peak else "-", f"{r['mbytes'] / 1e3 / r[ours]:.1f}"]
+        present = [r[c] for c in peers if c in r]
+        cells += [f"{r[c] / r[ours]:.2f}" if c in r else "-" for c in peers]
+        if present:
+            ratios.append(min(present) / r[ours])
         cells.append(f"{max(r['max_rel_err'], r.get('plan_max_rel_err', 0)):.1e}")
         lines.append("| " + " | ".join(cells) + " |")
     if ratios:
         geomean = float(np.exp(np.mean(np.log(ratios))))
-        lines.append(f"geometric mean speedup over the faster peer per case: {geomean:.2f}×")
+        lines.append(f"geometric mean of our speedup over the faster peer per case: {geomean:.2f}×")
     return "\n".join(lines)
 
 
@@ -213,15 +234,17 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True) ->
             print(f"unknown case {name!r}; choose from {', '.join(CASES)}", file=sys.stderr)
             return 2
         selected.append(CASES[name])
+    peak = sgemm_peak(threads, seconds)
     rows = []
     for i, case in enumerate(selected, 1):
         print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=sys.stderr, flush=True)
         rows.append(measure_case(case, threads, seconds, peers))
     print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
-    print(format_table(rows, threads))
+    print(format_table(rows, threads, peak))
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"threads": threads, "cases": [asdict(c) for c in selected], "rows": rows}, f, indent=1)
+            json.dump({"threads": threads, "sgemm_peak_gflops": peak, "cases": [asdict(c) for c in selected],
+                       "rows": rows}, f, indent=1)
     worst = max(max(r["max_rel_err"], r.get("plan_max_rel_err", 0)) for r in rows)
     if worst > 1e-4:
         print(f"ERROR: a result differs from the reference by {worst:.2e} (relative)", file=sys.stderr)
