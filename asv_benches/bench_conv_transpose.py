@@ -35,6 +35,38 @@ class ConvTranspose2dSuite:
         fastdeconv.conv_transpose2d(self.x, self.w, self.b, **self.case.kwargs)
 
 
+class AlgorithmSuite:
+    """Every CPU algorithm (and GEMM ISA path) on the cases it can run, through the plan object."""
+
+    params = [["dcgan2", "dcgan4", "unet1", "fcn_bilinear", "stride1", "dilated"],
+              ["phase", "col2im", "depthwise"], ["avx512", "avx2", "portable"]]
+    param_names = ["case", "algorithm", "isa"]
+    timeout = 120
+
+    def setup(self, name, algorithm, isa):
+        from fastdeconv import _cpu
+
+        case = _CASES[name]
+        if algorithm == "depthwise" and case.groups != case.input_shape[3]:
+            raise NotImplementedError("depthwise needs groups == C_in")
+        if not _cpu.build_info()["gemm_isa_supported"][isa]:
+            raise NotImplementedError(f"{isa} is not supported here")
+        self.previous_isa = _cpu.get_gemm_isa()
+        _cpu.set_gemm_isa(isa)
+        self.x, w, b = case.arrays()
+        self.layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs, algorithm=algorithm)
+        self.out = self.layer(self.x)
+
+    def teardown(self, name, algorithm, isa):
+        from fastdeconv import _cpu
+
+        if hasattr(self, "previous_isa"):   # teardown also runs after a skipped setup
+            _cpu.set_gemm_isa(self.previous_isa)
+
+    def time_plan(self, name, algorithm, isa):
+        self.layer(self.x, out=self.out)
+
+
 class Conv2dSuite:
     """conv2d, the adjoint, on the same shapes run forward (output of the suite's case -> its input)."""
 
