@@ -21,6 +21,11 @@ from fastdeconv import _cpu, _cpu_backend
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 ALGORITHM_ENV = getattr(_cpu_backend, "ALGORITHM_ENV", "FASTDECONV_ALGORITHM")
 
+
+def examples(n: int) -> int:
+    """Hypothesis max_examples, scaled by $FASTDECONV_TEST_EXAMPLES (e.g. 10 for a long bug hunt)."""
+    return max(1, int(n * float(os.environ.get("FASTDECONV_TEST_EXAMPLES", "1"))))
+
 # ----------------------------------------------------------------------------------------------
 # The CPU paths every comparison runs through: every deconv algorithm x every supported GEMM ISA.
 # Collected at import (= collection) time so that newly added algorithms are picked up.

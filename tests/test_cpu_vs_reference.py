@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import fastdeconv
 from fastdeconv import _cpu_backend
-from helpers import ALGORITHM_ENV, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case
+from helpers import ALGORITHM_ENV, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case, examples
 
 SETTINGS = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=False,
@@ -142,6 +142,46 @@ def test_conv_transpose2d_matches_reference(deconv_path, case):
 @SETTINGS
 @given(case=conv_cases())
 def test_conv2d_matches_reference(isa_path, case):
+    check_case(case)
+
+
+@st.composite
+def medium_cases(draw, op):
+    """Fewer, larger problems: channel counts and pixel counts that cross GEMM tile edges."""
+    g = draw(st.sampled_from([1, 1, 2, 3, draw(st.integers(4, 48))]))
+    cig = 1 if g > 3 else draw(st.integers(1, 40))
+    cog = draw(st.integers(1, 40 if g <= 3 else 3))
+    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    kd = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
+    if op == "c":
+        pad = tuple(draw(st.integers(0, min(2, e - 1))) for e in kd)
+        hw = tuple(draw(st.integers(max(1, e - 2 * p), 24)) for e, p in zip(kd, pad))
+    else:
+        hw = tuple(draw(st.integers(1, 24)) for _ in kd)
+        full = [(i - 1) * si + e for i, si, e in zip(hw, s, kd)]
+        pad = tuple(draw(st.integers(0, min(2, (f - 1) // 2))) for f in full)
+    op_pad = tuple(draw(st.integers(0, max(si, di) - 1)) for si, di in zip(s, d)) if op == "t" else 0
+    return Case(op=op, n=draw(st.integers(1, 2)), hw=hw, c_in=g * cig, c_out=g * cog, groups=g, kernel=k,
+                stride=s, dilation=d, padding=pad, output_padding=op_pad, bias=draw(st.booleans()),
+                x_layout=draw(st.sampled_from(["contig", "contig", "sliced"])),
+                dtype=draw(st.sampled_from(["float32", "float64", "float16"])),
+                seed=draw(st.integers(0, 2**32 - 1)), threads=draw(st.sampled_from([None, 2, 3])))
+
+
+MEDIUM = settings(SETTINGS, max_examples=examples(25))
+
+
+@MEDIUM
+@given(case=medium_cases("t"))
+def test_conv_transpose2d_medium_matches_reference(deconv_path, case):
+    check_case(case, algorithm=deconv_path[0])
+
+
+@MEDIUM
+@given(case=medium_cases("c"))
+def test_conv2d_medium_matches_reference(isa_path, case):
     check_case(case)
 
 

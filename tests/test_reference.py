@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import fastdeconv
 from fastdeconv import reference
-from helpers import assert_close
+from helpers import assert_close, examples
 
 
 def _pair(v):
@@ -131,7 +131,7 @@ def _padding_arg(kind, pads):
     return tuple(pads)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(p=_tiny("t"))
 def test_reference_conv_transpose2d_matches_brute_force(p):
     rng = p["rng"]
@@ -154,7 +154,7 @@ def test_reference_conv_transpose2d_matches_brute_force(p):
         fastdeconv.conv_transpose2d(x, w, b, output_padding=op, backend="reference", **args), got)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(p=_tiny("c"))
 def test_reference_conv2d_matches_brute_force(p):
     rng = p["rng"]

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastdeconv
-from helpers import assert_close, deconv_supported
+from helpers import assert_close, deconv_supported, examples
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-SETTINGS = settings(max_examples=100, deadline=None,
+SETTINGS = settings(max_examples=examples(100), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
