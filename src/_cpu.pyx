@@ -384,7 +384,7 @@ cdef class Runner:
             self.ws_pointers = self.chunk * (taps + 1)
         else:
             tasks = _row_range_tasks(self.geo.batch * self.geo.out_h, threads)
-        if self.geo.batch == 0:
+        if self.geo.batch == 0 or self.geo.out_channels == 0:   # an empty result: nothing to compute
             tasks = []
         self.ntasks = len(tasks)
         self.threads = max(1, min(threads, self.ntasks))

@@ -435,12 +435,7 @@ def _zero_channel_params():
     for algorithm in [None, *sorted(fastdeconv._cpu_backend.DECONV_ALGORITHMS)]:
         for x, w, g in [((1, 3, 3, 2), (2, 2, 2, 0), 2), ((1, 3, 3, 1), (1, 2, 2, 0), 1),
                         ((1, 3, 3, 2), (2, 2, 2, 0), 1), ((1, 3, 3, 0), (0, 2, 2, 3), 1)]:
-            depthwise_kernel = w[3] == 0 and x[3] // g == 1 and algorithm in (None, "depthwise")
-            marks = [pytest.mark.xfail(strict=True, reason=(
-                "BUG: the depthwise kernel divides by C_out/groups (src/deconv_depthwise.template.c, "
-                "'C / Cog' with Cog = 0): C_out = 0 with one input channel per group kills the process "
-                "with SIGFPE; the auto choice picks depthwise for these layers"))] if depthwise_kernel else []
-            params.append(pytest.param(algorithm, x, w, g, marks=marks, id=f"{algorithm or 'auto'}-x{x}-w{w}-g{g}"))
+            params.append(pytest.param(algorithm, x, w, g, id=f"{algorithm or 'auto'}-x{x}-w{w}-g{g}"))
     return params
 
 
