@@ -394,7 +394,9 @@ cdef class Runner:
         """Fill y (C-contiguous, the runner's dtype and geometry) from x (C-contiguous)."""
         if self.ntasks == 0:
             return y
-        cdef Py_ssize_t ws_bytes = self.ws_reals * (8 if self.is_double else 4) + self.ws_pointers * sizeof(void *)
+        # Per-thread slices, rounded to cache lines so that threads never share one.
+        cdef Py_ssize_t ws_bytes = (self.ws_reals * (8 if self.is_double else 4) + self.ws_pointers * sizeof(void *)
+                                    + 63) // 64 * 64
         cdef char *workspace = <char *>malloc(max(ws_bytes, 1) * self.threads)
         if workspace == NULL:
             raise MemoryError(f"could not allocate {ws_bytes * self.threads} bytes of workspace")
