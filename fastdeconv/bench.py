@@ -235,6 +235,12 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True) ->
             return 2
         selected.append(CASES[name])
     peak = sgemm_peak(threads, seconds)
+    try:   # numpy's BLAS threads (used by the reference) must not spin on the cores being timed
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+    except ImportError:
+        pass
     rows = []
     for i, case in enumerate(selected, 1):
         print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=sys.stderr, flush=True)
