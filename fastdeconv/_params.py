@@ -76,6 +76,15 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     return pads
 
 
+def _padding_mode(padding):
+    """'same' or 'valid' for those strings (any case), None for explicit padding."""
+    if not isinstance(padding, str):
+        return None
+    if padding.lower() not in ("same", "valid"):
+        raise ValueError(f"padding must be an int, a pair, a pair of pairs, 'same' or 'valid', got {padding!r}")
+    return padding.lower()
+
+
 def _split_same(total: int) -> tuple[int, int]:
     """TF's 'SAME' split: the extra row or column goes to the bottom/right."""
     return total // 2, total - total // 2
@@ -145,23 +154,16 @@ def _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_paddin
     dilation = _int_pair(dilation, "dilation", 1)
     explicit_op = _int_pair(output_padding, "output_padding", 0)
     extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
-    if isinstance(padding, str):
-        mode = padding.lower()
-        if mode == "valid":
-            pads = ((0, 0), (0, 0))
-        elif mode == "same":
-            # out = in·s: total padding kd − s; when the dilated kernel is shorter
-            # than the stride, nothing is cropped and the missing rows
-            # (output_padding s − kd) hold just the bias.
-            if explicit_op != (0, 0):
-                raise ValueError(f"output_padding must be 0 with padding='same', got {output_padding!r}")
-            pads = tuple(_split_same(max(kd - s, 0)) for kd, s in zip(extents, stride))
-            same_op = tuple(max(s - kd, 0) for kd, s in zip(extents, stride))
-        else:
-            raise ValueError(f"padding must be an int, a pair, a pair of pairs, 'same' or 'valid', got {padding!r}")
+    mode = _padding_mode(padding)
+    if mode == "same":
+        # out = in·s: total padding kd − s; when the dilated kernel is shorter than the
+        # stride, nothing is cropped and the missing rows (output_padding s − kd) hold the bias.
+        if explicit_op != (0, 0):
+            raise ValueError(f"output_padding must be 0 with padding='same', got {output_padding!r}")
+        pads = tuple(_split_same(max(kd - s, 0)) for kd, s in zip(extents, stride))
+        same_op = tuple(max(s - kd, 0) for kd, s in zip(extents, stride))
     else:
-        pads = _explicit_padding(padding)
-        mode = None
+        pads = ((0, 0), (0, 0)) if mode == "valid" else _explicit_padding(padding)
 
     base = [(i - 1) * s - p0 - p1 + kd for i, s, (p0, p1), kd in zip(input_hw, stride, pads, extents)]
     limit = tuple(max(s, d) for s, d in zip(stride, dilation))
@@ -213,20 +215,12 @@ def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
     stride = _int_pair(stride, "stride", 1)
     dilation = _int_pair(dilation, "dilation", 1)
     extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
-    if isinstance(padding, str):
-        mode = padding.lower()
-        if mode == "valid":
-            pads = ((0, 0), (0, 0))
-        elif mode == "same":
-            # TF: out = ceil(in / s), extra padding at the bottom/right.
-            pads = tuple(
-                _split_same(max((-(-i // s) - 1) * s + kd - i, 0))
-                for i, s, kd in zip(input_hw, stride, extents)
-            )
-        else:
-            raise ValueError(f"padding must be an int, a pair, a pair of pairs, 'same' or 'valid', got {padding!r}")
+    mode = _padding_mode(padding)
+    if mode == "same":
+        # TF: out = ceil(in / s), extra padding at the bottom/right.
+        pads = tuple(_split_same(max((-(-i // s) - 1) * s + kd - i, 0)) for i, s, kd in zip(input_hw, stride, extents))
     else:
-        pads = _explicit_padding(padding)
+        pads = ((0, 0), (0, 0)) if mode == "valid" else _explicit_padding(padding)
     padded = [i + p0 + p1 for i, (p0, p1) in zip(input_hw, pads)]
     if any(p < kd for p, kd in zip(padded, extents)):
         raise ValueError(

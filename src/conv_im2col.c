@@ -4,14 +4,5 @@
 #include "gemm.h"
 #include "kernels.h"
 
-#define FD_REAL float
-#define FD_PREFIX s
-#include "conv_im2col.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-
-#define FD_REAL double
-#define FD_PREFIX d
-#include "conv_im2col.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
+#define FD_TEMPLATE "conv_im2col.template.c"
+#include "instantiate_types.h"

@@ -4,14 +4,5 @@
 #include "gemm.h"
 #include "kernels.h"
 
-#define FD_REAL float
-#define FD_PREFIX s
-#include "deconv_col2im.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-
-#define FD_REAL double
-#define FD_PREFIX d
-#include "deconv_col2im.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
+#define FD_TEMPLATE "deconv_col2im.template.c"
+#include "instantiate_types.h"

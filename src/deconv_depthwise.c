@@ -9,18 +9,11 @@
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 
+#define FD_TEMPLATE "deconv_depthwise.template.c"
+
 #define FD_TARGET
 #define FD_ISA portable
-#define FD_REAL float
-#define FD_PREFIX s
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-#define FD_REAL double
-#define FD_PREFIX d
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
+#include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 
@@ -28,31 +21,13 @@
 #define FD_HAVE_X86_CLONES 1
 #define FD_TARGET __attribute__((target("avx2,fma")))
 #define FD_ISA avx2
-#define FD_REAL float
-#define FD_PREFIX s
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-#define FD_REAL double
-#define FD_PREFIX d
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
+#include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 
 #define FD_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,avx2")))
 #define FD_ISA avx512
-#define FD_REAL float
-#define FD_PREFIX s
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-#define FD_REAL double
-#define FD_PREFIX d
-#include "deconv_depthwise.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
+#include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #else
