@@ -56,20 +56,26 @@ def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
         if bias_array.shape != (geometry.out_channels,):
             raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
         bias = bias_array.astype(dtype, copy=False)
-    shape = geometry.output_shape[1:] if unbatched else geometry.output_shape
     if out is not None:
-        if not isinstance(out, np.ndarray):
-            raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
-        if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError(
-                f"out must be a writeable C-contiguous array of shape {shape} and dtype {dtype}, got shape "
-                f"{out.shape}, dtype {out.dtype}, C-contiguous={out.flags.c_contiguous}, "
-                f"writeable={out.flags.writeable}"
-            )
-        for name, array in (("x", x), ("weight", weight), ("bias", bias)):
-            if array is not None and np.may_share_memory(out, array):
-                raise ValueError(f"out must not overlap {name}")
+        check_out(out, geometry.output_shape[1:] if unbatched else geometry.output_shape, dtype,
+                  (("x", x), ("weight", weight), ("bias", bias)))
     return Call(x, weight, bias, geometry, dtype, unbatched, out)
+
+
+def check_out(out, shape, dtype, inputs) -> None:
+    """out= must be a writeable C-contiguous ndarray of exactly (shape, dtype), sharing no memory
+    with any of the (name, array) inputs."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(
+            f"out must be a writeable C-contiguous array of shape {shape} and dtype {dtype}, got shape "
+            f"{out.shape}, dtype {out.dtype}, C-contiguous={out.flags.c_contiguous}, "
+            f"writeable={out.flags.writeable}"
+        )
+    for name, array in inputs:
+        if array is not None and np.may_share_memory(out, array):
+            raise ValueError(f"out must not overlap {name}")
 
 
 def result_buffer(call: Call) -> np.ndarray:

@@ -19,7 +19,7 @@ import fastdeconv
 from fastdeconv import _cpu, _cpu_backend
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-ALGORITHM_ENV = getattr(_cpu_backend, "ALGORITHM_ENV", "FASTDECONV_ALGORITHM")
+ALGORITHM_ENV = _cpu_backend.ALGORITHM_ENV
 
 
 def examples(n: int) -> int:
@@ -32,7 +32,7 @@ def examples(n: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 DECONV_ALGORITHMS = sorted(_cpu_backend.DECONV_ALGORITHMS)
-CONV_ALGORITHMS = sorted(getattr(_cpu_backend, "CONV_ALGORITHMS", {"default": None}))
+CONV_ALGORITHMS = sorted(_cpu_backend.CONV_ALGORITHMS)
 GEMM_ISAS = [name for name, ok in _cpu.build_info()["gemm_isa_supported"].items() if ok]
 DECONV_PATHS = [(a, i) for a in DECONV_ALGORITHMS for i in GEMM_ISAS]
 
@@ -49,49 +49,21 @@ def gemm_isa(name: str):
 
 
 def algorithm_supports(algorithm: str | None, geometry) -> bool:
-    """Whether a forced deconv algorithm handles this geometry.
-
-    Recognised, in order, should an explicit mechanism appear in fastdeconv._cpu_backend:
-    a callable ``deconv_algorithm_supports(name, geometry)`` / ``algorithm_supports(name, geometry)``
-    / ``supports(name, geometry)``; a dict ``DECONV_SUPPORTS`` (or ``DECONV_ALGORITHM_SUPPORTS``)
-    of name -> predicate(geometry); a third, callable element of a DECONV_ALGORITHMS entry.
-    Otherwise the algorithm's pack() is asked: an algorithm declares a geometry unsupported by
-    raising ValueError/NotImplementedError from pack (as "depthwise" does for groups != C_in).
-    """
-    if algorithm is None:
-        return True
-    for fname in ("deconv_algorithm_supports", "algorithm_supports", "supports"):
-        fn = getattr(_cpu_backend, fname, None)
-        if callable(fn):
-            return bool(fn(algorithm, geometry))
-    for tname in ("DECONV_SUPPORTS", "DECONV_ALGORITHM_SUPPORTS"):
-        table = getattr(_cpu_backend, tname, None)
-        if isinstance(table, dict) and algorithm in table:
-            return bool(table[algorithm](geometry))
-    entry = _cpu_backend.DECONV_ALGORITHMS[algorithm]
-    if isinstance(entry, tuple) and len(entry) >= 3 and callable(entry[2]):
-        return bool(entry[2](geometry))
-    pack = entry[0] if isinstance(entry, tuple) else entry
-    try:
-        pack(np.zeros(geometry.weight_shape, dtype=np.float32), geometry)
-    except (ValueError, NotImplementedError):
-        return False
-    return True
+    """Whether a forced deconv algorithm handles this geometry (None: the automatic choice)."""
+    return algorithm is None or _cpu_backend.supports(algorithm, geometry)
 
 
 @contextlib.contextmanager
 def threaded(num_threads: int | None = None, serial_flops: int = 0):
     """Use threads even for tiny problems (the backend runs small layers serially by default)."""
-    setter = getattr(_cpu, "set_serial_flops", None)
     previous_threads = fastdeconv.get_num_threads()
-    previous_flops = setter(serial_flops) if setter is not None else None
+    previous_flops = _cpu.set_serial_flops(serial_flops)
     if num_threads is not None:
         fastdeconv.set_num_threads(num_threads)
     try:
         yield
     finally:
-        if setter is not None and previous_flops is not None:
-            setter(previous_flops)
+        _cpu.set_serial_flops(previous_flops)
         fastdeconv.set_num_threads(previous_threads)
 
 
