@@ -28,8 +28,18 @@ CONV_ALGORITHMS = {"im2col": _cpu.pack_conv_im2col}
 ALGORITHM_ENV = "FASTDECONV_ALGORITHM"
 
 
+# The phase kernel packs groups·sH·sW sub-kernels and both phase kernels keep (stride, kernel)
+# tap tables: beyond these sizes col2im, which needs neither, runs the layer.
+MAX_PHASE_STRIDE = {"phase": 32, "depthwise": 4096}
+
+
 def supports(algorithm: str, geometry: ConvGeometry) -> bool:
-    """Whether an algorithm can run this layer (depthwise needs one input channel per group)."""
+    """Whether an algorithm can run this layer: depthwise needs one input channel per group, and
+    the phase kernels bound the kernel size and the stride."""
+    if algorithm not in MAX_PHASE_STRIDE:   # col2im, im2col: any layer
+        return True
+    if max(geometry.kernel_hw) > _cpu.MAX_PHASE_TAPS or max(geometry.stride) > MAX_PHASE_STRIDE[algorithm]:
+        return False
     return algorithm != "depthwise" or geometry.in_per_group == 1
 
 
@@ -43,7 +53,8 @@ def choose_deconv_algorithm(geometry: ConvGeometry) -> str:
     * few outputs per group (C_out/groups < 8) with a wider kernel: "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small (dcgan4).
-    * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
+    * everything else: "phase".
+    * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im". Stride-phase decomposition multiplies no inserted zeros and writes
       every output once (no column buffer, no zero fill, no scatter-add).
     """
     forced = os.environ.get(ALGORITHM_ENV)
@@ -54,10 +65,12 @@ def choose_deconv_algorithm(geometry: ConvGeometry) -> str:
             return forced
     kh, kw = geometry.kernel_hw
     if geometry.in_per_group == 1:
-        return "depthwise"
-    if geometry.out_per_group < 8 and kh * kw * geometry.out_per_group >= 16:
-        return "col2im"
-    return "phase"
+        choice = "depthwise"
+    elif geometry.out_per_group < 8 and kh * kw * geometry.out_per_group >= 16:
+        choice = "col2im"
+    else:
+        choice = "phase"
+    return choice if supports(choice, geometry) else "col2im"
 
 
 class PackedLayer:
@@ -67,8 +80,9 @@ class PackedLayer:
         if algorithm not in table:
             raise ValueError(f"algorithm must be one of {sorted(table)}, got {algorithm!r}")
         if not supports(algorithm, geometry):
-            raise ValueError(f"algorithm {algorithm!r} cannot run this layer: it needs one input channel per "
-                             f"group, got C_in={geometry.in_channels}, groups={geometry.groups}")
+            raise ValueError(f"algorithm {algorithm!r} cannot run this layer (C_in={geometry.in_channels}, "
+                             f"groups={geometry.groups}, kernel={geometry.kernel_hw}, stride={geometry.stride}); "
+                             "see fastdeconv._cpu_backend.supports")
         self.algorithm = algorithm
         self.dtype = weight.dtype
         self.packed = table[algorithm](np.ascontiguousarray(weight), geometry)

@@ -54,6 +54,8 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     )
     if _is_int(padding):
         pads = ((int(padding),) * 2, (int(padding),) * 2)
+    elif isinstance(padding, (dict, set, frozenset)):   # unordered: tuple() would take keys in any order
+        raise TypeError(message)
     else:
         try:
             items = tuple(padding)
@@ -232,6 +234,14 @@ def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
     return stride, dilation, pads, out_hw
 
 
+def check_groups(groups) -> None:
+    """groups must be an int >= 1 (TypeError / ValueError otherwise)."""
+    if not _is_int(groups):
+        raise TypeError(f"groups must be an int, got {groups!r}")
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got groups={groups}")
+
+
 def _check_shapes(x_shape, w_shape, groups, transposed):
     """Validate ndim, channels and groups; return (batch, input_hw, C_in, C_out, kernel_hw)."""
     if len(x_shape) not in (3, 4):
@@ -239,10 +249,7 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
     if len(w_shape) != 4:
         layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
         raise ValueError(f"weight must have shape {layout}, got ndim={len(w_shape)} shape={tuple(w_shape)}")
-    if not _is_int(groups):
-        raise TypeError(f"groups must be an int, got {groups!r}")
-    if groups < 1:
-        raise ValueError(f"groups must be >= 1, got groups={groups}")
+    check_groups(groups)
     batch = x_shape[0] if len(x_shape) == 4 else 1
     input_hw = tuple(int(v) for v in x_shape[-3:-1])
     in_channels = int(x_shape[-1])
@@ -288,23 +295,19 @@ def resolve_conv2d(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) 
     return ConvGeometry(False, batch, input_hw, cin, cout, kernel_hw, stride, dilation, pads, (0, 0), int(groups), out_hw)
 
 
-def _positive_pair(value, name):
-    return _int_pair(value, name, 1)
-
-
 def conv_transpose2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, output_padding=0, dilation=1):
     """(H_out, W_out) of a transposed convolution.
 
     ``H_out = (H − 1)·sH − pad_top − pad_bottom + dH·(kH − 1) + output_padding_h + 1``, and the
     same for W. Raises ValueError for the same inputs conv_transpose2d rejects.
     """
-    input_hw = _positive_pair(input_hw, "input_hw")
-    kernel_hw = _positive_pair(kernel_hw, "kernel_hw")
+    input_hw = _int_pair(input_hw, "input_hw", 1)
+    kernel_hw = _int_pair(kernel_hw, "kernel_hw", 1)
     return _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_padding, dilation, None)[4]
 
 
 def conv2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
     """(H_out, W_out) of a convolution: ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``."""
-    input_hw = _positive_pair(input_hw, "input_hw")
-    kernel_hw = _positive_pair(kernel_hw, "kernel_hw")
+    input_hw = _int_pair(input_hw, "input_hw", 1)
+    kernel_hw = _int_pair(kernel_hw, "kernel_hw", 1)
     return _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)[3]

@@ -28,6 +28,11 @@ class Call:
     out: np.ndarray | None   # validated, in the caller's shape
 
     @property
+    def result_shape(self) -> tuple:
+        """The shape of the result: the geometry's output shape, without N if x was unbatched."""
+        return self.geometry.output_shape[1:] if self.unbatched else self.geometry.output_shape
+
+    @property
     def compute_dtype(self) -> np.dtype:
         """float16 is computed in float32 and rounded once at the end."""
         return np.dtype(np.float32) if self.dtype == np.float16 else self.dtype
@@ -36,7 +41,10 @@ class Call:
 def _as_float_array(value, name: str) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} has dtype {array.dtype}; supported dtypes are {_SUPPORTED_NAMES}")
+        native = array.dtype.newbyteorder("=")
+        if native not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {array.dtype}; supported dtypes are {_SUPPORTED_NAMES}")
+        array = array.astype(native)   # byte-swapped floats: the same values in native order
     return array
 
 
@@ -51,15 +59,15 @@ def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
     dtype = np.result_type(x.dtype, weight.dtype)
     if bias is not None:
         bias_array = np.asarray(bias)
-        if bias_array.dtype.kind not in "fiu" or bias_array.dtype.kind == "b":
+        if bias_array.dtype.kind not in "fiu":
             raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
         if bias_array.shape != (geometry.out_channels,):
             raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
         bias = bias_array.astype(dtype, copy=False)
+    call = Call(x, weight, bias, geometry, dtype, unbatched, out)
     if out is not None:
-        check_out(out, geometry.output_shape[1:] if unbatched else geometry.output_shape, dtype,
-                  (("x", x), ("weight", weight), ("bias", bias)))
-    return Call(x, weight, bias, geometry, dtype, unbatched, out)
+        check_out(out, call.result_shape, dtype, (("x", x), ("weight", weight), ("bias", bias)))
+    return call
 
 
 def check_out(out, shape, dtype, inputs) -> None:

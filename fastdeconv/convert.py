@@ -207,11 +207,12 @@ def _log(progress, line):
 
 
 def _unique_name(raw, taken):
+    """A file-name-safe layer name whose files (NAME_*.dat and NAME_mpscnn_*.dat) are nobody else's."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip(".") or "layer"
     candidate, suffix = name, 2
-    while candidate in taken:
+    while candidate in taken or f"{candidate}_mpscnn" in taken:
         candidate, suffix = f"{name}_{suffix}", suffix + 1
-    taken.add(candidate)
+    taken.update((candidate, f"{candidate}_mpscnn"))
     return candidate
 
 

@@ -126,8 +126,7 @@ def to_mpscnn_transpose(weight, groups: int = 1) -> np.ndarray:
     float32 because the initializer says "Currently we support only Float32 weights".
     """
     weight = _four_d(weight)
-    if not _params._is_int(groups) or groups < 1:
-        raise ValueError(f"groups must be an int >= 1, got groups={groups!r}")
+    _params.check_groups(groups)
     in_channels, kernel_h, kernel_w, out_per_group = weight.shape
     if in_channels % groups:
         raise ValueError(f"weight's C_in={in_channels} (shape {weight.shape}) is not divisible by groups={groups}")
@@ -237,8 +236,7 @@ def mpscnn_transpose_params(input_hw, kernel_hw, stride=1, padding=0, output_pad
 
 def _resolve_with_channels(transposed, input_hw, kernel_hw, groups, in_channels, out_channels, resolve):
     """Resolve a geometry through fastdeconv._params from sizes and (optional) channel counts."""
-    if not _params._is_int(groups) or groups < 1:
-        raise ValueError(f"groups must be an int >= 1, got groups={groups!r}")
+    _params.check_groups(groups)
     if groups > 1 and (in_channels is None or out_channels is None):
         raise ValueError(
             f"in_channels and out_channels are required when groups > 1 (to check MPS's channels-per-group "
@@ -340,8 +338,7 @@ def fold_batchnorm(weight, bias, gamma, beta, mean, var, eps, *, transposed: boo
     keeps its floating dtype (float32 for other inputs) and the bias has the same dtype.
     """
     weight = _four_d(weight)
-    if not _params._is_int(groups) or groups < 1:
-        raise ValueError(f"groups must be an int >= 1, got groups={groups!r}")
+    _params.check_groups(groups)
     if transposed:
         in_channels, kernel_h, kernel_w, out_per_group = weight.shape
         if in_channels % groups:
@@ -399,6 +396,8 @@ def save_mps(directory, name, weight, bias=None):
             raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
         np.ascontiguousarray(bias, dtype="<f4").tofile(bias_path)
         written.append(bias_path)
+    elif os.path.exists(bias_path):
+        os.remove(bias_path)   # a stale bias from an earlier save would be loaded as this layer's
     return written
 
 

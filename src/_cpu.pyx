@@ -25,6 +25,7 @@ cdef extern from "threads.h" nogil:
     int fd_omp_version()
 
 cdef extern from "conv_geometry.h" nogil:
+    enum: FD_MAX_PHASE_TAPS
     ctypedef struct fd_geometry:
         Py_ssize_t batch, in_h, in_w, in_channels
         Py_ssize_t out_h, out_w, out_channels
@@ -103,6 +104,9 @@ def set_serial_flops(long long flops):
     _serial_flops = flops
     return previous
 
+# The phase and depthwise kernels keep per-phase tap tables on the stack.
+MAX_PHASE_TAPS = FD_MAX_PHASE_TAPS
+
 cdef int _requested_threads = 0   # 0: follow OpenMP (OMP_NUM_THREADS)
 
 
@@ -162,7 +166,7 @@ cdef fd_geometry _c_geometry(g) except *:
     return geo
 
 
-cdef object _pack(real[::1] b, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py_ssize_t stride_k,
+cdef object _pack(const real[::1] b, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py_ssize_t stride_k,
                   Py_ssize_t stride_n):
     """Pack the K x N matrix whose (k, n) element is b[offset + k*stride_k + n*stride_n]."""
     cdef object packed
@@ -251,10 +255,11 @@ def pack_deconv_phase(weight, geometry):
     return PackedWeights(arrays, taps_y, taps_x)
 
 
-cdef list _pack_phase(real[::1] w, Py_ssize_t[:, ::1] taps_y, Py_ssize_t[:, ::1] taps_x, Py_ssize_t groups,
+cdef list _pack_phase(const real[::1] w, Py_ssize_t[:, ::1] taps_y, Py_ssize_t[:, ::1] taps_x, Py_ssize_t groups,
                       Py_ssize_t cig, Py_ssize_t cog, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw):
     cdef list arrays = []
     cdef Py_ssize_t g, ry, rx, ty, tx, i, K
+    no_taps = np.zeros(1, dtype=np.asarray(w).dtype)   # shared by every phase that no tap reaches
     rows = np.empty(max(kh * kw * cig, 1), dtype=np.intp)
     cdef Py_ssize_t[::1] row_view = rows
     cdef const real *base = &w[0]
@@ -263,7 +268,7 @@ cdef list _pack_phase(real[::1] w, Py_ssize_t[:, ::1] taps_y, Py_ssize_t[:, ::1]
             for rx in range(sw):
                 K = taps_y[ry, 0] * taps_x[rx, 0] * cig
                 if K == 0 or cog == 0:
-                    arrays.append(np.zeros(1, dtype=np.asarray(w).dtype))
+                    arrays.append(no_taps)
                     continue
                 for ty in range(taps_y[ry, 0]):
                     for tx in range(taps_x[rx, 0]):

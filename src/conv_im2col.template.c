@@ -5,7 +5,7 @@
  * channels that tap reads, or to a zero vector where the tap falls in the padding:
  *   y[p, g*Cog + o] = bias + sum_{t = (ky, kx)} sum_i im2col[p, t, i] * w[g*Cog + o, ky, kx, i]
  *   GEMM shape (|P|, kH*kW*Cig) @ (kH*kW*Cig, Cog) per group; B is the group's
- *   weight slice transposed, packed once per call.
+ *   weight slice transposed, packed once per layer (see PackedLayer).
  * A band is a range of output rows of one image; threads take disjoint bands.
  */
 #ifndef FD_REAL

@@ -3,7 +3,7 @@
  * For each group g and a chunk of input pixels P (rows of the NHWC input):
  *   col[p, (ky, kx, o)] = sum_i x[p, g*Cig + i] * w[g*Cig + i, ky, kx, o]
  *   GEMM shape (|P|, Cig) @ (Cig, kH*kW*Cog); the weight's group slice is already
- *   a contiguous (Cig, kH*kW*Cog) matrix, packed once per call.
+ *   a contiguous (Cig, kH*kW*Cog) matrix, packed once per layer.
  * then col2im scatter-adds each col[p, ky, kx, :] (Cog contiguous values) into
  *   y[n, iy*sH - pad_top + ky*dH, ix*sW - pad_left + kx*dW, g*Cog : (g+1)*Cog].
  *

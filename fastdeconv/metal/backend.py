@@ -14,6 +14,7 @@ calls keyed by the plan (shapes, parameters, dtype), see :func:`graph_runner`.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -36,6 +37,7 @@ from .plan import (
 _simulated = 0
 GRAPH_CACHE_SIZE = 64
 _graph_cache: OrderedDict = OrderedDict()
+_graph_cache_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -68,14 +70,16 @@ def engine(path: str):
 def graph_runner(eng, plan: GraphPlan):
     """A compiled MPSGraph for ``plan``, shared by every call with the same plan (LRU of 64)."""
     key = (eng.__name__, plan)
-    runner = _graph_cache.get(key)
-    if runner is None:
-        runner = eng.GraphRunner(plan)
+    with _graph_cache_lock:   # calls from several threads share the cache
+        runner = _graph_cache.get(key)
+        if runner is not None:
+            _graph_cache.move_to_end(key)
+            return runner
+    runner = eng.GraphRunner(plan)   # compiled outside the lock; a race compiles twice, harmlessly
+    with _graph_cache_lock:
         _graph_cache[key] = runner
         if len(_graph_cache) > GRAPH_CACHE_SIZE:
             _graph_cache.popitem(last=False)
-    else:
-        _graph_cache.move_to_end(key)
     return runner
 
 
