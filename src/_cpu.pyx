@@ -88,10 +88,10 @@ ctypedef fused real:
 #   input row's columns (in_w * kH*kW*Cog elements) if that is larger;
 # - indirect GEMMs (phase, im2col): chunk * (kH*kW + 1) pointers, where a chunk of output
 #   pixels is sized so that its A rows (chunk * K elements) fit in GEMM_CHUNK_BYTES of L2
-#   next to the B panel (256 KiB), in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48),
+#   next to the B panel (512 KiB: best of 128 KiB-2 MiB measured on the suite), in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48),
 #   between 48 and 1536 pixels.
 COL2IM_WORKSPACE_BYTES = 1 << 20
-GEMM_CHUNK_BYTES = 256 << 10
+GEMM_CHUNK_BYTES = 512 << 10
 # Below this many FLOPs a call runs on one thread: waking a second costs more than it saves.
 cdef long long _serial_flops = 400_000
 
