@@ -84,12 +84,12 @@ ctypedef fused real:
     double
 
 # Workspace bounds, per thread:
-# - col2im's column buffer: COL2IM_WORKSPACE_BYTES (it stays in the 2 MiB L2), or one
-#   input row's columns (in_w * kH*kW*Cog elements) if that is larger;
-# - indirect GEMMs (phase, im2col): chunk * (kH*kW + 1) pointers, where a chunk of output
-#   pixels is sized so that its A rows (chunk * K elements) fit in GEMM_CHUNK_BYTES of L2
-#   next to the B panel (512 KiB: best of 128 KiB-2 MiB measured on the suite), in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48),
-#   between 48 and 1536 pixels.
+# - col2im's column buffer: COL2IM_WORKSPACE_BYTES, or one input row's columns
+#   (in_w * kH*kW*Cog elements) if that is larger;
+# - indirect GEMMs (phase, im2col): chunk * (kH*kW + 1) pointers. A chunk of output pixels is
+#   sized so that its A rows (chunk * K elements) take GEMM_CHUNK_BYTES of cache next to the B
+#   panel (512 KiB was the best of 128 KiB to 2 MiB on the suite), in multiples of 48 rows
+#   (MR = 6, 8, 12, 16 all divide 48), between 48 and 1536 pixels.
 COL2IM_WORKSPACE_BYTES = 1 << 20
 GEMM_CHUNK_BYTES = 512 << 10
 # Below this many FLOPs a call runs on one thread: waking a second costs more than it saves.
