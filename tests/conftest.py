@@ -15,6 +15,12 @@ from fastdeconv import _cpu  # noqa: E402
 from helpers import ALGORITHM_ENV, DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
 
 
+def pytest_configure(config):
+    # Registered here rather than in pyproject.toml so that the tests also run from a copy of
+    # tests/ against an installed wheel.
+    config.addinivalue_line("markers", "metal: needs a real Metal device (macOS)")
+
+
 @pytest.fixture(autouse=True)
 def _restore_global_state(monkeypatch):
     """No test may leak a forced algorithm, GEMM ISA or thread count into the next one."""
