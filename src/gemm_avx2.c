@@ -45,24 +45,6 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_NARROW_MR 6
 #define FD_NARROW_NV 2
 #include "gemm_simd.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-#undef FD_PANEL
-#undef FD_GRANULE
-#undef FD_VEC
-#undef FD_LANES
-#undef FD_VZERO
-#undef FD_VLOADU
-#undef FD_VSTOREU
-#undef FD_VBCAST
-#undef FD_VFMA
-#undef FD_VADD
-#undef FD_VLOAD_PART
-#undef FD_VSTORE_PART
-#undef FD_WIDE_MR
-#undef FD_WIDE_NV
-#undef FD_NARROW_MR
-#undef FD_NARROW_NV
 
 /* ---- double: 4 lanes */
 #define FD_REAL double

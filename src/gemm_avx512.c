@@ -36,24 +36,6 @@ int fd_gemm_avx512_available(void) {
 #define FD_NARROW_MR 8
 #define FD_NARROW_NV 1
 #include "gemm_simd.template.c"
-#undef FD_REAL
-#undef FD_PREFIX
-#undef FD_PANEL
-#undef FD_GRANULE
-#undef FD_VEC
-#undef FD_LANES
-#undef FD_VZERO
-#undef FD_VLOADU
-#undef FD_VSTOREU
-#undef FD_VBCAST
-#undef FD_VFMA
-#undef FD_VADD
-#undef FD_VLOAD_PART
-#undef FD_VSTORE_PART
-#undef FD_WIDE_MR
-#undef FD_WIDE_NV
-#undef FD_NARROW_MR
-#undef FD_NARROW_NV
 
 /* ---- double: 8 lanes */
 #define FD_REAL double

@@ -154,3 +154,23 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_A_LINE
 #undef FD_TILE_MAX_MR
 #undef FD_TILE_MAX_NV
+
+/* The template's parameters end with it, ready for the next instantiation. */
+#undef FD_REAL
+#undef FD_PREFIX
+#undef FD_PANEL
+#undef FD_GRANULE
+#undef FD_VEC
+#undef FD_LANES
+#undef FD_VZERO
+#undef FD_VLOADU
+#undef FD_VSTOREU
+#undef FD_VBCAST
+#undef FD_VFMA
+#undef FD_VADD
+#undef FD_VLOAD_PART
+#undef FD_VSTORE_PART
+#undef FD_WIDE_MR
+#undef FD_WIDE_NV
+#undef FD_NARROW_MR
+#undef FD_NARROW_NV
