@@ -78,6 +78,11 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     return pads
 
 
+def forward_output_size(size, kernel, stride, dilation, pad_begin, pad_end) -> int:
+    """One axis of a convolution's output: ⌊(size + pad_begin + pad_end − kd) / s⌋ + 1, kd = d·(k − 1) + 1."""
+    return (size + pad_begin + pad_end - (dilation * (kernel - 1) + 1)) // stride + 1
+
+
 def _padding_mode(padding):
     """'same' or 'valid' for those strings (any case), None for explicit padding."""
     if not isinstance(padding, str):
@@ -230,7 +235,8 @@ def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
             f"dilated kernel {tuple(extents)} (input {tuple(input_hw)}, kernel {tuple(kernel_hw)}, "
             f"padding={padding!r}, dilation={dilation})"
         )
-    out_hw = tuple((p - kd) // s + 1 for p, kd, s in zip(padded, extents, stride))
+    out_hw = tuple(forward_output_size(i, k, s, d, p0, p1)
+                   for i, k, s, d, (p0, p1) in zip(input_hw, kernel_hw, stride, dilation, pads))
     return stride, dilation, pads, out_hw
 
 

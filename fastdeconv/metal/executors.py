@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._params import forward_output_size
 from .plan import (
     EDGE_MODES,
     MPS_DATA_TYPE,
@@ -49,10 +50,6 @@ def _taps(size_in, size_out, kernel, stride, dilation, pad_begin):
     ``0 <= index < size_in`` (outside, the zero padding is read)."""
     index = np.arange(size_out)[:, None] * stride - pad_begin + np.arange(kernel)[None, :] * dilation
     return index, (index >= 0) & (index < size_in)
-
-
-def _forward_size(size_in, kernel, stride, dilation, pad_begin, pad_end):
-    return (size_in + pad_begin + pad_end - (dilation * (kernel - 1) + 1)) // stride + 1
 
 
 def _check_weights(w: np.ndarray, desc: GraphDescriptor, out_channels, in_channels):
@@ -81,8 +78,8 @@ def graph_convolution2d(x: np.ndarray, w: np.ndarray, desc: GraphDescriptor) -> 
     n, h, wd, cin = x.shape
     cout, ig, kh, kw = w.shape
     _check_weights(w, desc, cout, cin)
-    ho = _forward_size(h, kh, desc.stride_in_y, desc.dilation_rate_in_y, desc.padding_top, desc.padding_bottom)
-    wo = _forward_size(wd, kw, desc.stride_in_x, desc.dilation_rate_in_x, desc.padding_left, desc.padding_right)
+    ho = forward_output_size(h, kh, desc.stride_in_y, desc.dilation_rate_in_y, desc.padding_top, desc.padding_bottom)
+    wo = forward_output_size(wd, kw, desc.stride_in_x, desc.dilation_rate_in_x, desc.padding_left, desc.padding_right)
     r, c, ok = _gather(x, desc, (kh, kw), (ho, wo))
     cols = np.where(ok[None, ..., None], x[:, r, c, :], 0)                           # (n, ho, wo, kh, kw, cin)
     g = desc.groups
@@ -104,8 +101,8 @@ def graph_convolution_transpose2d(src: np.ndarray, w: np.ndarray, output_shape, 
     o_total, ig, kh, kw = w.shape
     on, ho, wo, cout = output_shape
     _check_weights(w, desc, cin, cout)
-    forward = (_forward_size(ho, kh, desc.stride_in_y, desc.dilation_rate_in_y, desc.padding_top, desc.padding_bottom),
-               _forward_size(wo, kw, desc.stride_in_x, desc.dilation_rate_in_x, desc.padding_left,
+    forward = (forward_output_size(ho, kh, desc.stride_in_y, desc.dilation_rate_in_y, desc.padding_top, desc.padding_bottom),
+               forward_output_size(wo, kw, desc.stride_in_x, desc.dilation_rate_in_x, desc.padding_left,
                              desc.padding_right))
     if on != n or forward != (h, wd):
         raise ValueError(f"outputShape {tuple(output_shape)} with {desc} is the input of a forward convolution "

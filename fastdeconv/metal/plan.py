@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._params import ConvGeometry
+from .._params import ConvGeometry, forward_output_size
 
 # ------------------------------------------------------------------------------------------------
 # Apple constants
@@ -163,7 +163,7 @@ def graph_bias(bias, out_channels: int, dtype) -> np.ndarray | None:
 def _transpose_axis(size_in, size_out, kernel, stride, dilation, pad_begin, pad_end):
     """(conv_out, pad_end, tail) for one axis of the transposed convolution (see GraphPlan)."""
     kd = dilation * (kernel - 1) + 1
-    if (size_out + pad_begin + pad_end - kd) // stride + 1 == size_in:
+    if forward_output_size(size_out, kernel, stride, dilation, pad_begin, pad_end) == size_in:
         return size_out, pad_end, 0
     reach = (size_in - 1) * stride + kd - pad_begin          # output rows some tap can reach
     conv_out = min(size_out, reach)
