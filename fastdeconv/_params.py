@@ -78,9 +78,14 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
     return pads
 
 
+def kernel_extent(kernel: int, dilation: int) -> int:
+    """The span of a dilated kernel along one axis: kd = d·(k − 1) + 1."""
+    return dilation * (kernel - 1) + 1
+
+
 def forward_output_size(size, kernel, stride, dilation, pad_begin, pad_end) -> int:
     """One axis of a convolution's output: ⌊(size + pad_begin + pad_end − kd) / s⌋ + 1, kd = d·(k − 1) + 1."""
-    return (size + pad_begin + pad_end - (dilation * (kernel - 1) + 1)) // stride + 1
+    return (size + pad_begin + pad_end - kernel_extent(kernel, dilation)) // stride + 1
 
 
 def _padding_mode(padding):
@@ -160,7 +165,7 @@ def _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_paddin
     stride = _int_pair(stride, "stride", 1)
     dilation = _int_pair(dilation, "dilation", 1)
     explicit_op = _int_pair(output_padding, "output_padding", 0)
-    extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
+    extents = [kernel_extent(k, d) for k, d in zip(kernel_hw, dilation)]
     mode = _padding_mode(padding)
     if mode == "same":
         # out = in·s: total padding kd − s; when the dilated kernel is shorter than the
@@ -221,7 +226,7 @@ def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
     """Pads and output size of a convolution, per axis."""
     stride = _int_pair(stride, "stride", 1)
     dilation = _int_pair(dilation, "dilation", 1)
-    extents = [d * (k - 1) + 1 for d, k in zip(dilation, kernel_hw)]
+    extents = [kernel_extent(k, d) for k, d in zip(kernel_hw, dilation)]
     mode = _padding_mode(padding)
     if mode == "same":
         # TF: out = ceil(in / s), extra padding at the bottom/right.
