@@ -17,14 +17,14 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# The GEMM and depthwise microkernels (one file per ISA where needed) and the algorithm table,
+# which instantiates every src/*.template.c algorithm (src/algorithms.c).
 C_SOURCES = [
     "src/gemm.c",
     "src/gemm_avx2.c",
     "src/gemm_avx512.c",
-    "src/deconv_col2im.c",
-    "src/deconv_phase.c",
-    "src/deconv_depthwise.c",
-    "src/conv_im2col.c",
+    "src/depthwise_rows.c",
+    "src/algorithms.c",
 ]
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from . import _backends
 from ._params import resolve_conv2d, resolve_conv_transpose2d
-from ._validate import finish, prepare
+from ._validate import prepare
 
 __all__ = ["conv_transpose2d", "conv2d"]
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
-                     output_size=None, backend="auto", out=None):
+                     output_size=None, backend="auto", algorithm=None, out=None):
     """Grouped 2-D transposed convolution ("deconvolution") of NHWC data.
 
     Parameters
@@ -36,7 +36,10 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         groups = C_in is depthwise, with C_out/groups outputs per input channel.
     output_size : (H_out, W_out), optional
         Chooses output_padding; a ValueError names the reachable range.
-    backend : "auto", "cpu", "reference" or "mps"
+    backend : "auto", "cpu", "reference", "mps" or "mps-cnn"
+    algorithm : "phase", "col2im" or "depthwise", optional
+        Forces a CPU algorithm (implies backend "cpu" under "auto"); a ValueError says why when it
+        cannot run the layer. By default the layer's shape chooses.
     out : ndarray, optional
         C-contiguous, of exactly the result's shape and dtype; filled and returned.
 
@@ -64,10 +67,11 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     """
     call = prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
         xs, ws, stride, padding, output_padding, dilation, groups, output_size))
-    return finish(call, _backends.get(backend).conv_transpose2d(call))
+    return _backends.run(call, _backends.get(backend), algorithm)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", out=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", algorithm=None,
+           out=None):
     """Grouped 2-D convolution (cross-correlation) of NHWC data.
 
     ``weight`` has shape (C_out, kH, kW, C_in // groups): MPSCNNConvolution's
@@ -78,9 +82,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
 
     with x taken as zero outside the image, and
     ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``.
-    padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). Other arguments as
-    :func:`conv_transpose2d`.
+    padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is "im2col"
+    (the CPU's only one today) or None. Other arguments as :func:`conv_transpose2d`.
     """
     call = prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
         xs, ws, stride, padding, dilation, groups))
-    return finish(call, _backends.get(backend).conv2d(call))
+    return _backends.run(call, _backends.get(backend), algorithm)

@@ -1,14 +1,18 @@
-"""The backends behind conv_transpose2d/conv2d, the choice for backend="auto", and :func:`backends`.
+"""The registry behind ``backend=``, the choice for ``backend="auto"``, :func:`backends`, and
+:func:`run`, the one path from a validated call through any backend (the protocol they follow is
+in :mod:`fastdeconv._protocol`). A new backend is one module plus one line in :data:`_REGISTRY`.
 
+The backends
+------------
 * "cpu": the C kernels (:mod:`fastdeconv._cpu_backend`);
 * "reference": the plain numpy oracle (:mod:`fastdeconv.reference`);
 * "mps": Metal Performance Shaders Graph on macOS (:mod:`fastdeconv.metal`);
 * "mps-cnn": MPSCNN kernels + fastdeconv's own Metal kernel on macOS (:mod:`fastdeconv.metal`);
-* "auto": "mps" when it is available, the dtype is float32/float16 and the call's FLOPs reach
-  :func:`fastdeconv.metal.mps_min_flops` (an unmeasured default, see the README); "cpu" otherwise.
+* "auto": the first registered backend that ``prefers`` the call ("mps" when it is available, the
+  dtype is float32/float16 and the call's FLOPs reach :func:`fastdeconv.metal.mps_min_flops`), else
+  "cpu"; a forced ``algorithm=`` is a CPU algorithm, so it means "cpu".
 
-The Metal backends raise RuntimeError with the reason when they cannot run here (Linux, no
-PyObjC, no Metal device); they never fall back to the CPU silently.
+A backend that cannot run here raises RuntimeError with the reason; none falls back silently.
 """
 
 from __future__ import annotations
@@ -17,10 +21,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import metal, reference
-from ._cpu_backend import CpuBackend
-from ._validate import Call
+from . import reference
+from ._cpu_backend import CPU as CpuBackend
+from ._params import ConvGeometry
+from ._protocol import Backend, BackendStatus, Layer, no_algorithms
+from ._validate import Call, finish
 from .metal.backend import MPS, MPS_CNN
+
+class _ReferenceLayer:
+    def __init__(self, weight, bias, dtype):
+        self.weight, self.bias, self.dtype = weight, bias, np.dtype(dtype)
+
+    def bind(self, geometry: ConvGeometry):
+        oracle = reference.conv_transpose2d_geometry if geometry.transposed else reference.conv2d_geometry
+        return lambda x, buffer: oracle(x, self.weight, self.bias, geometry)
 
 
 class ReferenceBackend:
@@ -29,15 +43,21 @@ class ReferenceBackend:
     name = "reference"
 
     @staticmethod
-    def conv_transpose2d(call: Call):
-        return reference.conv_transpose2d_geometry(call.x, call.weight, call.bias, call.geometry)
+    def status() -> BackendStatus:
+        return BackendStatus(True, "plain numpy oracle (fastdeconv.reference)")
 
     @staticmethod
-    def conv2d(call: Call):
-        return reference.conv2d_geometry(call.x, call.weight, call.bias, call.geometry)
+    def prefers(call: Call) -> bool:
+        return False
+
+    @staticmethod
+    def layer(weight, bias, dtype, geometry, algorithm=None):
+        no_algorithms("reference", algorithm)
+        return _ReferenceLayer(weight, bias, dtype)
 
 
-_METAL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+# The registry: backend= name -> backend object, in the order backends() lists them and auto asks them.
+_REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (CpuBackend, ReferenceBackend, MPS, MPS_CNN)}
 
 
 class AutoBackend:
@@ -46,23 +66,14 @@ class AutoBackend:
     name = "auto"
 
     @staticmethod
-    def choose(call: Call):
-        """The backend object this call runs on."""
-        if (call.dtype in _METAL_DTYPES and call.geometry.flops >= metal.mps_min_flops()
-                and metal.status("mps").available):
-            return MPS
+    def choose(call: Call, algorithm: str | None = None) -> Backend:
+        """The backend this call runs on."""
+        if algorithm is not None:
+            return CpuBackend
+        for backend in _REGISTRY.values():
+            if backend.prefers(call):
+                return backend
         return CpuBackend
-
-    @staticmethod
-    def conv_transpose2d(call: Call):
-        return AutoBackend.choose(call).conv_transpose2d(call)
-
-    @staticmethod
-    def conv2d(call: Call):
-        return AutoBackend.choose(call).conv2d(call)
-
-
-_BACKENDS = {"cpu": CpuBackend, "reference": ReferenceBackend, "mps": MPS, "mps-cnn": MPS_CNN}
 
 
 class BackendInfo(NamedTuple):
@@ -75,21 +86,41 @@ class BackendInfo(NamedTuple):
 
 def backends() -> list[BackendInfo]:
     """Every backend= value except "auto", whether it can run here, and why (not)."""
-    rows = [BackendInfo("cpu", True, "C kernels (fastdeconv._cpu)"),
-            BackendInfo("reference", True, "plain numpy oracle (fastdeconv.reference)")]
-    for name, backend in (("mps", MPS), ("mps-cnn", MPS_CNN)):
-        state = backend.status()
-        rows.append(BackendInfo(name, state.available, state.reason))
-    return rows
+    return [BackendInfo(name, state.available, state.reason)
+            for name, state in ((name, backend.status()) for name, backend in _REGISTRY.items())]
 
 
-def get(name):
-    """The backend object for a backend= argument."""
+def get(name) -> Backend | type[AutoBackend]:
+    """The backend object for a backend= argument ("auto" gives :class:`AutoBackend`)."""
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, got {name!r}")
     if name == "auto":
         return AutoBackend
     try:
-        return _BACKENDS[name]
+        return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"backend must be one of 'auto', {', '.join(repr(b) for b in _BACKENDS)}; got {name!r}") from None
+        raise ValueError(f"backend must be one of 'auto', {', '.join(repr(b) for b in _REGISTRY)}; "
+                         f"got {name!r}") from None
+
+
+def require(backend: Backend) -> None:
+    """RuntimeError with the reason when ``backend`` cannot run here."""
+    state = backend.status()
+    if not state.available:
+        raise RuntimeError(f"backend={backend.name!r} is not available: {state.reason}")
+
+
+def run(call: Call, backend, algorithm: str | None = None) -> np.ndarray:
+    """One call of the public functions: the weights prepared for this call only, then run."""
+    if backend is AutoBackend:
+        backend = AutoBackend.choose(call, algorithm)
+    require(backend)
+    layer = backend.layer(call.weight, call.bias, call.dtype, call.geometry, algorithm)
+    return finish(call, layer.bind(call.geometry)(np.ascontiguousarray(call.x, layer.dtype), out_buffer(call, layer)))
+
+
+def out_buffer(call: Call, layer: Layer) -> np.ndarray | None:
+    """out= itself, as the (N, H_out, W_out, C_out) buffer, when the layer computes in its dtype."""
+    if call.out is not None and call.out.dtype == layer.dtype:
+        return call.out.reshape(call.geometry.output_shape)
+    return None

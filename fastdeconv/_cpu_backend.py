@@ -1,68 +1,58 @@
 """The CPU backend: chooses an algorithm per layer and runs the C kernels.
 
-Each algorithm has a packing function in the compiled shim ``_cpu`` (weights
-prepared once per layer) and a C kernel in its own file in src/; a
-``_cpu.Runner`` binds packed weights to one input shape and runs the kernel on
-threads. :func:`choose_deconv_algorithm` is the one place that decides which
-algorithm a transposed convolution uses.
+The algorithms are the rows of the C table in src/algorithms.c (one template file each, see
+src/algorithm.h); the compiled shim ``_cpu`` lists them, says whether one can run a layer, packs
+the weights (:class:`_cpu.PackedWeights`, once per layer) and binds packed weights to one input
+shape (:class:`_cpu.Runner`), which runs the kernel on threads. :func:`choose_algorithm` is the
+one place that decides which algorithm a layer uses.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
 from . import _cpu
 from ._params import ConvGeometry
-from ._validate import Call, result_buffer
+from ._protocol import BackendStatus
 
-# name -> packing function; the kernels are src/deconv_<name>.template.c and src/conv_im2col.template.c.
-DECONV_ALGORITHMS = {
-    "col2im": _cpu.pack_deconv_col2im,     # GEMM into a column buffer, then scatter-add (the general baseline)
-    "phase": _cpu.pack_deconv_phase,       # one dense GEMM per stride phase, output written once
-    "depthwise": _cpu.pack_deconv_depthwise,  # direct kernel over channels, for one input channel per group
-}
-CONV_ALGORITHMS = {"im2col": _cpu.pack_conv_im2col}
+# In table order; the kernels are src/<transposed ? "deconv" : "conv">_<name>.template.c.
+DECONV_ALGORITHMS = tuple(_cpu.algorithms(True))
+CONV_ALGORITHMS = tuple(_cpu.algorithms(False))
 
-ALGORITHM_ENV = "FASTDECONV_ALGORITHM"
+# Results of this dtype are computed in this one (float16: accumulated in float32, rounded once).
+_COMPUTE_DTYPE = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
+                  np.dtype(np.float64): np.dtype(np.float64)}
+
+# Input shapes whose runners a layer remembers; past this the cache restarts, so that a stream of
+# ever-new shapes cannot grow it without bound.
+_CACHE_SHAPES = 64
 
 
-# The phase kernel packs groups·sH·sW sub-kernels and both phase kernels keep (stride, kernel)
-# tap tables: beyond these sizes col2im, which needs neither, runs the layer.
-MAX_PHASE_STRIDE = {"phase": 32, "depthwise": 4096}
+def algorithms(transposed: bool) -> tuple[str, ...]:
+    return DECONV_ALGORITHMS if transposed else CONV_ALGORITHMS
 
 
 def supports(algorithm: str, geometry: ConvGeometry) -> bool:
-    """Whether an algorithm can run this layer: depthwise needs one input channel per group, and
-    the phase kernels bound the kernel size and the stride."""
-    if algorithm not in MAX_PHASE_STRIDE:   # col2im, im2col: any layer
-        return True
-    if max(geometry.kernel_hw) > _cpu.MAX_PHASE_TAPS or max(geometry.stride) > MAX_PHASE_STRIDE[algorithm]:
-        return False
-    return algorithm != "depthwise" or geometry.in_per_group == 1
+    """Whether an algorithm can run this layer (src/<algorithm>.template.c says why not)."""
+    return _cpu.unsupported(algorithm, geometry) is None
 
 
-def choose_deconv_algorithm(geometry: ConvGeometry) -> str:
-    """The algorithm for a transposed convolution layer.
+def choose_algorithm(geometry: ConvGeometry) -> str:
+    """The algorithm for a layer.
 
-    $FASTDECONV_ALGORITHM forces one (for tests and benchmarks). Otherwise:
+    A convolution uses "im2col". For a transposed convolution:
 
     * one input channel per group (depthwise, with any channel multiplier): "depthwise". A GEMM
       would have K = taps and N = C_out/groups, far too small; the direct kernel is bound by memory.
     * few outputs per group (C_out/groups < 8) with a wider kernel: "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small (dcgan4).
-    * everything else: "phase".
-    * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im". Stride-phase decomposition multiplies no inserted zeros and writes
+    * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
       every output once (no column buffer, no zero fill, no scatter-add).
+    * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im".
     """
-    forced = os.environ.get(ALGORITHM_ENV)
-    if forced:
-        if forced not in DECONV_ALGORITHMS:
-            raise ValueError(f"{ALGORITHM_ENV}={forced!r} is not one of {sorted(DECONV_ALGORITHMS)}")
-        if supports(forced, geometry):
-            return forced
+    if not geometry.transposed:
+        return "im2col"
     kh, kw = geometry.kernel_hw
     if geometry.in_per_group == 1:
         choice = "depthwise"
@@ -73,39 +63,71 @@ def choose_deconv_algorithm(geometry: ConvGeometry) -> str:
     return choice if supports(choice, geometry) else "col2im"
 
 
-class PackedLayer:
-    """One layer's weights packed for one algorithm and dtype; runs any input shape."""
+def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
+    """``algorithm=`` checked against this layer: None chooses; a name must be one of the layer's
+    kind and able to run it (ValueError naming why not)."""
+    if algorithm is None:
+        return choose_algorithm(geometry)
+    names = algorithms(geometry.transposed)
+    if not isinstance(algorithm, str) or algorithm not in names:
+        kind = "transposed convolutions" if geometry.transposed else "convolutions"
+        raise ValueError(f"algorithm must be None or one of {', '.join(map(repr, names))} for {kind}, "
+                         f"got {algorithm!r}")
+    reason = _cpu.unsupported(algorithm, geometry)
+    if reason is not None:
+        raise ValueError(f"algorithm={algorithm!r} cannot run this layer (C_in={geometry.in_channels}, "
+                         f"C_out={geometry.out_channels}, groups={geometry.groups}, kernel={geometry.kernel_hw}, "
+                         f"stride={geometry.stride}): {reason}")
+    return algorithm
 
-    def __init__(self, weight: np.ndarray, bias, geometry: ConvGeometry, algorithm: str, table):
-        if algorithm not in table:
-            raise ValueError(f"algorithm must be one of {sorted(table)}, got {algorithm!r}")
-        if not supports(algorithm, geometry):
-            raise ValueError(f"algorithm {algorithm!r} cannot run this layer (C_in={geometry.in_channels}, "
-                             f"groups={geometry.groups}, kernel={geometry.kernel_hw}, stride={geometry.stride}); "
-                             "see fastdeconv._cpu_backend.supports")
-        self.algorithm = algorithm
-        self.dtype = weight.dtype
-        self.packed = table[algorithm](np.ascontiguousarray(weight), geometry)
-        self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=self.dtype)
+
+class PackedLayer:
+    """One layer's weights packed for one algorithm and compute dtype; runs any input shape."""
+
+    def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None):
+        self.algorithm = resolve_algorithm(algorithm, geometry)
+        self.dtype = _COMPUTE_DTYPE[np.dtype(dtype)]
+        self.packed = _cpu.PackedWeights(self.algorithm, np.ascontiguousarray(weight, self.dtype), geometry)
+        # rounded to the result dtype first (float16 results: exactly as conv_transpose2d rounds it)
+        self.bias = None if bias is None else np.asarray(bias, dtype=dtype).astype(self.dtype, copy=False)
+        self._runners = {}   # (geometry, threads) -> _cpu.Runner
 
     def runner(self, geometry: ConvGeometry) -> _cpu.Runner:
-        return _cpu.Runner(self.algorithm, self.packed, self.bias, geometry, self.dtype)
+        """The runner for inputs of this geometry at the current thread count (cached)."""
+        key = (geometry, _cpu.get_num_threads())
+        runner = self._runners.get(key)
+        if runner is None:
+            runner = _cpu.Runner(self.packed, self.bias, geometry)
+            if len(self._runners) >= _CACHE_SHAPES:
+                self._runners.clear()
+            self._runners[key] = runner
+        return runner
 
+    def bind(self, geometry: ConvGeometry):
+        runner, shape, dtype = self.runner(geometry), geometry.output_shape, self.dtype
 
-def _run(call: Call, algorithm: str, table) -> np.ndarray:
-    dtype = call.compute_dtype
-    layer = PackedLayer(np.asarray(call.weight, dtype=dtype), call.bias, call.geometry, algorithm, table)
-    y = result_buffer(call)
-    return layer.runner(call.geometry).run(np.ascontiguousarray(call.x, dtype=dtype), y)
+        def run(x, buffer):
+            return runner.run(x, np.empty(shape, dtype) if buffer is None else buffer)
+
+        return run
 
 
 class CpuBackend:
+    """backend="cpu": the C kernels."""
+
     name = "cpu"
 
     @staticmethod
-    def conv_transpose2d(call: Call) -> np.ndarray:
-        return _run(call, choose_deconv_algorithm(call.geometry), DECONV_ALGORITHMS)
+    def status():
+        return BackendStatus(True, "C kernels (fastdeconv._cpu)")
 
     @staticmethod
-    def conv2d(call: Call) -> np.ndarray:
-        return _run(call, "im2col", CONV_ALGORITHMS)
+    def prefers(call) -> bool:
+        return False
+
+    @staticmethod
+    def layer(weight, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None) -> PackedLayer:
+        return PackedLayer(weight, bias, dtype, geometry, algorithm)
+
+
+CPU = CpuBackend()

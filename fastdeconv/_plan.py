@@ -14,14 +14,13 @@ import numpy as np
 
 from . import _backends
 from ._cpu import get_num_threads
-from ._cpu_backend import DECONV_ALGORITHMS, PackedLayer, choose_deconv_algorithm
 from ._params import _explicit_padding, _int_pair, resolve_conv_transpose2d
-from ._validate import check_out, finish, prepare, result_buffer
+from ._validate import check_out, finish, prepare
 
 __all__ = ["ConvTranspose2d"]
 
-# Input shapes remembered per layer (geometry, runner, fast path); past this the caches restart,
-# so that a stream of ever-new shapes cannot grow them without bound.
+# Input shapes remembered per layer (geometry, fast path); past this the caches restart, so that a
+# stream of ever-new shapes cannot grow them without bound.
 _CACHE_SHAPES = 64
 
 
@@ -35,17 +34,18 @@ def _probe_hw(padding):
 
 
 class ConvTranspose2d:
-    """A transposed-convolution layer with its weights packed once.
+    """A transposed-convolution layer with its weights prepared once.
 
     ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
     groups=1)`` takes the arguments of :func:`fastdeconv.conv_transpose2d` (weight (C_in, kH, kW,
     C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
     ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
 
-    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"); by default the layer's
-    shape chooses (see ``fastdeconv._cpu_backend.choose_deconv_algorithm``). ``backend`` is "cpu",
-    "reference" (the numpy oracle, for checking), or "mps" / "mps-cnn" on macOS, which keep the
-    weights and the compiled graph or kernels on the GPU across calls. Calls are thread-safe.
+    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"; ValueError if it cannot
+    run the layer); by default the layer's shape chooses (``fastdeconv._cpu_backend.choose_algorithm``).
+    ``backend`` is "cpu", "reference" (the numpy oracle, for checking), "auto" (decided per call, as
+    the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph
+    or kernels on the GPU across calls. Calls are thread-safe.
     """
 
     def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
@@ -62,22 +62,18 @@ class ConvTranspose2d:
         self.geometry = probe.geometry
         self.backend = backend
         self._backend = _backends.get(backend)
-        if algorithm is not None and algorithm not in DECONV_ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {sorted(DECONV_ALGORITHMS)}, got {algorithm!r}")
-        self.algorithm = algorithm or choose_deconv_algorithm(self.geometry)
-        self._layers = {}      # result dtype -> PackedLayer (cpu) or MetalLayer (mps, mps-cnn)
-        self._runners = {}     # (geometry, result dtype, threads) -> _cpu.Runner
+        self.algorithm = algorithm
+        self._layers = {}      # (backend name, result dtype) -> the backend's layer
         self._geometries = {}  # (x shape, output_size) -> ConvGeometry
-        # (x shape, x dtype, output_size, threads) -> (runner, result shape) for calls whose x already
-        # has the result dtype, which is also the compute dtype: they skip straight to the kernels
+        # (x shape, x dtype, output_size, threads) -> (bound run, result shape) for calls whose x needs
+        # no conversion (it has the result dtype, which is also the layer's): straight to the kernels
         self._ready = {}
         self._lock = threading.Lock()
-        if backend == "cpu":
-            self._layer(np.result_type(self.weight.dtype, np.float32))
-        elif backend in ("mps", "mps-cnn"):
-            from .metal.backend import engine
-
-            engine(backend)   # raises RuntimeError with the reason when Metal cannot run here
+        if self._backend is not _backends.AutoBackend:
+            _backends.require(self._backend)   # RuntimeError with the reason when it cannot run here
+            # validates algorithm= and prepares the weights for the default result dtype now
+            layer = self._layer(self._backend, np.result_type(self.weight.dtype, np.float32))
+            self.algorithm = getattr(layer, "algorithm", algorithm)
 
     def __repr__(self):
         c_in, kh, kw, cog = self.weight.shape
@@ -92,20 +88,15 @@ class ConvTranspose2d:
             cache[key] = value
         return value
 
-    def _layer(self, result_dtype):
-        """The packed layer for one result dtype (float16 results are computed in float32 with the
-        bias rounded to float16 first, exactly as conv_transpose2d does)."""
-        result_dtype = np.dtype(result_dtype)
-        layer = self._layers.get(result_dtype)
+    def _layer(self, backend, result_dtype):
+        """The backend's layer for one result dtype (the bias rounded to it first, as
+        conv_transpose2d does)."""
+        key = (backend.name, np.dtype(result_dtype))
+        layer = self._layers.get(key)
         if layer is None:
             bias = None if self.bias is None else self.bias.astype(result_dtype)
-            if self.backend == "cpu":
-                compute = np.dtype(np.float32) if result_dtype == np.float16 else result_dtype
-                layer = PackedLayer(self.weight.astype(compute), bias, self.geometry, self.algorithm,
-                                    DECONV_ALGORITHMS)
-            else:
-                layer = self._backend.layer(self.weight, bias, result_dtype)
-            layer = self._remember(self._layers, result_dtype, layer)
+            layer = self._remember(self._layers, key, backend.layer(self.weight, bias, result_dtype, self.geometry,
+                                                                    self.algorithm))
         return layer
 
     def _resolve(self, x_shape, output_size):
@@ -121,25 +112,25 @@ class ConvTranspose2d:
         if type(x) is np.ndarray and x.flags.c_contiguous:
             ready = self._ready.get((x.shape, x.dtype, output_size, get_num_threads()))
             if ready is not None:   # a shape seen before: validated then, so only out= is left to check
-                runner, shape = ready
+                run, shape = ready
                 if out is None:
-                    y = np.empty(shape, x.dtype)
+                    out = np.empty(shape, x.dtype)
                 else:
                     check_out(out, shape, x.dtype, (("x", x), ("weight", self.weight), ("bias", self.bias)))
-                    y = out
-                return runner.run(x, y)
+                y = run(x, out)
+                if y is not out:   # a backend that returns its own array
+                    out[...] = y
+                return out
         call = prepare(x, self.weight, self.bias, out, transposed=True,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
-        if self.backend in ("mps", "mps-cnn"):
-            return finish(call, self._layer(call.dtype).run(call.x, call.geometry))
-        if self.backend != "cpu":
-            return finish(call, self._backend.conv_transpose2d(call))
-        threads = get_num_threads()
-        key = (call.geometry, call.dtype, threads)
-        runner = self._runners.get(key)
-        if runner is None:
-            runner = self._remember(self._runners, key, self._layer(call.dtype).runner(call.geometry))
-        if type(x) is np.ndarray and x.dtype == call.dtype == call.compute_dtype:
-            self._remember(self._ready, (x.shape, x.dtype, output_size, threads), (runner, call.result_shape))
-        y = runner.run(np.ascontiguousarray(call.x, call.compute_dtype), result_buffer(call))
-        return finish(call, y)
+        backend = self._backend
+        if backend is _backends.AutoBackend:
+            backend = backend.choose(call, self.algorithm)
+            _backends.require(backend)
+        layer = self._layer(backend, call.dtype)
+        run = layer.bind(call.geometry)
+        # unbatched calls take the general path: the protocol's buffers are 4-D
+        if type(x) is np.ndarray and x.dtype == call.dtype == layer.dtype and not call.unbatched:
+            self._remember(self._ready, (x.shape, x.dtype, output_size, get_num_threads()),
+                           (run, call.result_shape))
+        return finish(call, run(np.ascontiguousarray(call.x, layer.dtype), _backends.out_buffer(call, layer)))

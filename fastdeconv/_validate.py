@@ -32,11 +32,6 @@ class Call:
         """The shape of the result: the geometry's output shape, without N if x was unbatched."""
         return self.geometry.output_shape[1:] if self.unbatched else self.geometry.output_shape
 
-    @property
-    def compute_dtype(self) -> np.dtype:
-        """float16 is computed in float32 and rounded once at the end."""
-        return np.dtype(np.float32) if self.dtype == np.float16 else self.dtype
-
 
 def _as_float_array(value, name: str) -> np.ndarray:
     array = np.asarray(value)
@@ -84,13 +79,6 @@ def check_out(out, shape, dtype, inputs) -> None:
     for name, array in inputs:
         if array is not None and np.may_share_memory(out, array):
             raise ValueError(f"out must not overlap {name}")
-
-
-def result_buffer(call: Call) -> np.ndarray:
-    """Where a backend should write: out= itself when it has the compute dtype, else a new array."""
-    if call.out is not None and call.out.dtype == call.compute_dtype:
-        return call.out.reshape(call.geometry.output_shape)
-    return np.empty(call.geometry.output_shape, dtype=call.compute_dtype)
 
 
 def finish(call: Call, y: np.ndarray) -> np.ndarray:

@@ -48,50 +48,36 @@ cdef extern from "gemm.h" nogil:
     int fd_gemm_set_isa(int isa)
     const char *fd_gemm_isa_name(int isa)
 
-cdef extern from "kernels.h" nogil:
-    int fd_sdeconv_col2im_band(const fd_geometry *geo, const float *x, const float *const *packed_w,
-                               const float *bias, float *y, Py_ssize_t n, Py_ssize_t oy_begin, Py_ssize_t oy_end,
-                               float *col, Py_ssize_t col_pixels, const float **a_rows, float **c_rows)
-    int fd_ddeconv_col2im_band(const fd_geometry *geo, const double *x, const double *const *packed_w,
-                               const double *bias, double *y, Py_ssize_t n, Py_ssize_t oy_begin, Py_ssize_t oy_end,
-                               double *col, Py_ssize_t col_pixels, const double **a_rows, double **c_rows)
-    int fd_sconv_im2col_band(const fd_geometry *geo, const float *x, const float *const *packed_w,
-                             const float *bias, float *y, Py_ssize_t n, Py_ssize_t oy_begin, Py_ssize_t oy_end,
-                             const float *zeros, Py_ssize_t chunk_pixels, const float **a_rows, float **c_rows)
-    int fd_dconv_im2col_band(const fd_geometry *geo, const double *x, const double *const *packed_w,
-                             const double *bias, double *y, Py_ssize_t n, Py_ssize_t oy_begin, Py_ssize_t oy_end,
-                             const double *zeros, Py_ssize_t chunk_pixels, const double **a_rows, double **c_rows)
+cdef extern from "algorithm.h" nogil:
+    enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES
+    ctypedef struct fd_task:
+        Py_ssize_t part, row_begin, row_end, col_begin, col_end
+    ctypedef struct fd_operands:
+        const fd_geometry *geo
+        const void *x
+        void *y
+        const void *bias
+        const void *packed
+        Py_ssize_t chunk
+    ctypedef struct fd_workspace:
+        size_t bytes
+        Py_ssize_t chunk
+    ctypedef const char *(*fd_unsupported_fn)(const fd_geometry *geo) noexcept nogil
+    ctypedef int (*fd_pack_fn)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes) noexcept nogil
+    ctypedef fd_workspace (*fd_workspace_fn)(const fd_geometry *geo, int dtype) noexcept nogil
+    ctypedef Py_ssize_t (*fd_tasks_fn)(const fd_geometry *geo, int threads, fd_task *tasks) noexcept nogil
+    ctypedef int (*fd_run_fn)(const fd_operands *op, const fd_task *task, void *workspace) noexcept nogil
+    ctypedef struct fd_algorithm:
+        const char *name
+        int transposed
+        fd_unsupported_fn unsupported
+        fd_pack_fn pack[2]
+        fd_workspace_fn workspace
+        fd_tasks_fn tasks
+        fd_run_fn run[2]
+    const fd_algorithm *const fd_algorithms[]
+    const int fd_algorithm_count
 
-    int fd_sdeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
-                              const float *x, const float *const *packed_w, const float *bias, float *y,
-                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, Py_ssize_t col_begin,
-                              Py_ssize_t col_end, const float *zeros,
-                              Py_ssize_t chunk_pixels, const float **a_rows, float **c_rows)
-    int fd_ddeconv_phase_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
-                              const double *x, const double *const *packed_w, const double *bias, double *y,
-                              Py_ssize_t ry, Py_ssize_t row_begin, Py_ssize_t row_end, Py_ssize_t col_begin,
-                              Py_ssize_t col_end, const double *zeros,
-                              Py_ssize_t chunk_pixels, const double **a_rows, double **c_rows)
-    int fd_sdeconv_depthwise_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
-                                  const float *x, const float *wr, const float *bias, float *y,
-                                  Py_ssize_t row_begin, Py_ssize_t row_end)
-    int fd_ddeconv_depthwise_rows(const fd_geometry *geo, const Py_ssize_t *taps_y, const Py_ssize_t *taps_x,
-                                  const double *x, const double *wr, const double *bias, double *y,
-                                  Py_ssize_t row_begin, Py_ssize_t row_end)
-
-ctypedef fused real:
-    float
-    double
-
-# Workspace bounds, per thread:
-# - col2im's column buffer: COL2IM_WORKSPACE_BYTES, or one input row's columns
-#   (in_w * kH*kW*Cog elements) if that is larger;
-# - indirect GEMMs (phase, im2col): chunk * (kH*kW + 1) pointers. A chunk of output pixels is
-#   sized so that its A rows (chunk * K elements) take GEMM_CHUNK_BYTES of cache next to the B
-#   panel (512 KiB was the best of 128 KiB to 2 MiB on the suite), in multiples of 48 rows
-#   (MR = 6, 8, 12, 16 all divide 48), between 48 and 1536 pixels.
-COL2IM_WORKSPACE_BYTES = 1 << 20
-GEMM_CHUNK_BYTES = 512 << 10
 # Below this many FLOPs a call runs on one thread: waking a second costs more than it saves.
 cdef long long _serial_flops = 400_000
 
@@ -106,6 +92,10 @@ def set_serial_flops(long long flops):
 
 # The phase and depthwise kernels keep per-phase tap tables on the stack.
 MAX_PHASE_TAPS = FD_MAX_PHASE_TAPS
+# The indirect GEMMs' chunk of output pixels is at most this (src/algorithm.h).
+GEMM_CHUNK_MAX_PIXELS = FD_GEMM_CHUNK_MAX_PIXELS
+# col2im's column buffer per thread: this many bytes, or one input row if that is larger.
+COL2IM_WORKSPACE_BYTES = FD_COL2IM_WORKSPACE_BYTES
 
 cdef int _requested_threads = 0   # 0: follow OpenMP (OMP_NUM_THREADS)
 
@@ -166,135 +156,87 @@ cdef fd_geometry _c_geometry(g) except *:
     return geo
 
 
-cdef object _pack(const real[::1] b, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py_ssize_t stride_k,
-                  Py_ssize_t stride_n):
-    """Pack the K x N matrix whose (k, n) element is b[offset + k*stride_k + n*stride_n]."""
-    cdef object packed
-    if real is float:
-        packed = np.empty(max(<Py_ssize_t>fd_sgemm_packed_size(K, N), 1), dtype=np.float32)
-        fd_sgemm_pack_b(K, N, &b[offset], stride_k, stride_n, <float *>cnp.PyArray_DATA(packed))
-    else:
-        packed = np.empty(max(<Py_ssize_t>fd_dgemm_packed_size(K, N), 1), dtype=np.float64)
-        fd_dgemm_pack_b(K, N, &b[offset], stride_k, stride_n, <double *>cnp.PyArray_DATA(packed))
-    return packed
+# ---------------------------------------------------------------------------------------------
+# The algorithm table (src/algorithms.c), read by name.
+
+cdef const fd_algorithm *_algorithm(str name, bint transposed) except NULL:
+    cdef int i
+    for i in range(fd_algorithm_count):
+        if fd_algorithms[i].transposed == transposed and fd_algorithms[i].name.decode() == name:
+            return fd_algorithms[i]
+    raise ValueError(f"algorithm must be one of {algorithms(transposed)}, got {name!r}")
+
+
+def algorithms(bint transposed):
+    """The names of the algorithms for transposed convolutions (True) or convolutions (False),
+    in table order."""
+    return [fd_algorithms[i].name.decode() for i in range(fd_algorithm_count)
+            if fd_algorithms[i].transposed == transposed]
+
+
+def unsupported(str name, geometry):
+    """None when the algorithm can run this layer, else a sentence saying why not."""
+    cdef const fd_algorithm *alg = _algorithm(name, geometry.transposed)
+    cdef fd_geometry geo = _c_geometry(geometry)
+    cdef const char *reason = alg.unsupported(&geo)
+    return None if reason == NULL else reason.decode()
+
+
+cdef int _dtype_index(dtype) except -1:
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return FD_FLOAT32
+    if dtype == np.float64:
+        return FD_FLOAT64
+    raise TypeError(f"the CPU kernels compute in float32 or float64, not {dtype}")
 
 
 cdef class PackedWeights:
-    """Per-group packed GEMM operands, and the pointer table the C kernels take."""
-    cdef readonly list arrays
-    cdef object pointers      # uintp array, one pointer per packed matrix
-    cdef public object taps_y, taps_x   # phase tap tables (deconv_phase only)
+    """One layer's weights packed by one algorithm for one compute dtype (float32 or float64).
 
-    def __init__(self, list arrays, taps_y=None, taps_x=None):
-        self.arrays = arrays
-        self.taps_y = taps_y
-        self.taps_x = taps_x
-        self.pointers = np.array([a.ctypes.data for a in arrays], dtype=np.uintp)
+    ``weight`` is in fastdeconv's layout for ``geometry`` (transposed: (C_in, kH, kW, C_out/g);
+    convolution: (C_out, kH, kW, C_in/g)). The packed form serves every input shape whose
+    geometry has the same channels, groups, kernel, stride, dilation and leading pads.
+    """
+    cdef const fd_algorithm *alg
+    cdef readonly str algorithm
+    cdef readonly object dtype
+    cdef int dtype_index
+    cdef object storage        # uint8 array holding the blob
+    cdef const void *blob      # FD_BLOB_ALIGN-aligned start inside storage
 
-    cdef const void *const *table(self):
-        return <const void *const *>cnp.PyArray_DATA(self.pointers)
+    def __init__(self, str algorithm, weight, geometry):
+        self.alg = _algorithm(algorithm, geometry.transposed)
+        self.algorithm = algorithm
+        self.dtype_index = _dtype_index(weight.dtype)
+        self.dtype = np.dtype(weight.dtype)
+        reason = unsupported(algorithm, geometry)
+        if reason is not None:
+            raise ValueError(f"algorithm {algorithm!r} cannot run this layer: {reason}")
+        weight = np.ascontiguousarray(weight)
+        if weight.shape != geometry.weight_shape:
+            raise ValueError(f"weight has shape {weight.shape}, the geometry needs {geometry.weight_shape}")
+        cdef fd_geometry geo = _c_geometry(geometry)
+        cdef size_t nbytes = 0
+        cdef int status
+        cdef fd_pack_fn pack = self.alg.pack[self.dtype_index]
+        cdef const void *w = cnp.PyArray_DATA(weight)
+        with nogil:
+            status = pack(&geo, NULL, NULL, &nbytes)
+        if status != 0:
+            raise MemoryError(f"packing the {algorithm} weights failed with status {status}")
+        self.storage = np.empty(nbytes + FD_BLOB_ALIGN, dtype=np.uint8)
+        cdef size_t address = <size_t>cnp.PyArray_DATA(self.storage)
+        cdef void *blob = <void *>((address + FD_BLOB_ALIGN - 1) // FD_BLOB_ALIGN * FD_BLOB_ALIGN)
+        with nogil:
+            status = pack(&geo, w, blob, &nbytes)
+        if status != 0:
+            raise MemoryError(f"packing the {algorithm} weights failed with status {status}")
+        self.blob = blob
 
-
-def pack_deconv_col2im(weight, geometry):
-    """Pack each group's (Cig, kH*kW*Cog) slice of a (C_in, kH, kW, Cog) weight."""
-    flat = weight.reshape(-1)
-    cig, taps_cols = geometry.in_per_group, geometry.kernel_hw[0] * geometry.kernel_hw[1] * geometry.out_per_group
-    return PackedWeights([_pack_dispatch(flat, g * cig * taps_cols, cig, taps_cols, taps_cols, 1)
-                          for g in range(geometry.groups)])
-
-
-def pack_conv_im2col(weight, geometry):
-    """Pack each group's (kH*kW*Cig, Cog) matrix: the (C_out, kH, kW, Cig) slice, transposed."""
-    flat = weight.reshape(-1)
-    cog, k = geometry.out_per_group, geometry.kernel_hw[0] * geometry.kernel_hw[1] * geometry.in_per_group
-    return PackedWeights([_pack_dispatch(flat, g * cog * k, k, cog, 1, k) for g in range(geometry.groups)])
-
-
-def _pack_dispatch(flat, Py_ssize_t offset, Py_ssize_t K, Py_ssize_t N, Py_ssize_t sk, Py_ssize_t sn):
-    if K == 0 or N == 0:
-        return np.zeros(1, dtype=flat.dtype)
-    if flat.dtype == np.float32:
-        return _pack[float](flat, offset, K, N, sk, sn)
-    return _pack[double](flat, offset, K, N, sk, sn)
-
-
-cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """ceil(a / b) for a >= 0, b > 0 (the module uses C division: -(-a // b) would truncate)."""
-    return (a + b - 1) // b
-
-
-cdef Py_ssize_t _gemm_chunk(Py_ssize_t K, Py_ssize_t itemsize):
-    cdef Py_ssize_t rows = GEMM_CHUNK_BYTES // max(K * itemsize, 1)
-    return min(max(rows // 48 * 48, 48), 1536)
-
-
-def phase_taps(Py_ssize_t stride, Py_ssize_t kernel, Py_ssize_t dilation, Py_ssize_t pad_begin):
-    """(stride, 1 + kernel) table: per output phase r, the count of taps k with
-    (r + pad_begin - k*dilation) divisible by stride, then those k."""
-    table = np.zeros((stride, 1 + kernel), dtype=np.intp)
-    for r in range(stride):
-        taps = [k for k in range(kernel) if (r + pad_begin - k * dilation) % stride == 0]
-        table[r, 0] = len(taps)
-        table[r, 1:1 + len(taps)] = taps
-    return table
-
-
-def pack_deconv_phase(weight, geometry):
-    """Pack the (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase): row
-    (ty*Tx + tx)*Cig + i of B is the Cog-vector weight[g*Cig + i, ky_ty, kx_tx, :]."""
-    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_hw, geometry.stride, geometry.dilation
-    taps_y = phase_taps(sh, kh, dh, geometry.pad[0][0])
-    taps_x = phase_taps(sw, kw, dw, geometry.pad[1][0])
-    flat = np.ascontiguousarray(weight).reshape(-1)
-    if flat.dtype == np.float32:
-        arrays = _pack_phase[float](flat, taps_y, taps_x, geometry.groups, geometry.in_per_group,
-                                    geometry.out_per_group, kh, kw, sh, sw)
-    else:
-        arrays = _pack_phase[double](flat, taps_y, taps_x, geometry.groups, geometry.in_per_group,
-                                     geometry.out_per_group, kh, kw, sh, sw)
-    return PackedWeights(arrays, taps_y, taps_x)
-
-
-cdef list _pack_phase(const real[::1] w, Py_ssize_t[:, ::1] taps_y, Py_ssize_t[:, ::1] taps_x, Py_ssize_t groups,
-                      Py_ssize_t cig, Py_ssize_t cog, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw):
-    cdef list arrays = []
-    cdef Py_ssize_t g, ry, rx, ty, tx, i, K
-    no_taps = np.zeros(1, dtype=np.asarray(w).dtype)   # shared by every phase that no tap reaches
-    rows = np.empty(max(kh * kw * cig, 1), dtype=np.intp)
-    cdef Py_ssize_t[::1] row_view = rows
-    cdef const real *base = &w[0]
-    for g in range(groups):
-        for ry in range(sh):
-            for rx in range(sw):
-                K = taps_y[ry, 0] * taps_x[rx, 0] * cig
-                if K == 0 or cog == 0:
-                    arrays.append(no_taps)
-                    continue
-                for ty in range(taps_y[ry, 0]):
-                    for tx in range(taps_x[rx, 0]):
-                        for i in range(cig):
-                            row_view[(ty * taps_x[rx, 0] + tx) * cig + i] = <Py_ssize_t>(
-                                base + (((g * cig + i) * kh + taps_y[ry, 1 + ty]) * kw + taps_x[rx, 1 + tx]) * cog)
-                if real is float:
-                    packed = np.empty(fd_sgemm_packed_size(K, cog), dtype=np.float32)
-                    fd_sgemm_pack_b_rows(K, cog, <const float *const *>&row_view[0], <float *>cnp.PyArray_DATA(packed))
-                else:
-                    packed = np.empty(fd_dgemm_packed_size(K, cog), dtype=np.float64)
-                    fd_dgemm_pack_b_rows(K, cog, <const double *const *>&row_view[0], <double *>cnp.PyArray_DATA(packed))
-                arrays.append(packed)
-    return arrays
-
-
-def pack_deconv_depthwise(weight, geometry):
-    """Reorder a (C_in, kH, kW, Cog) depthwise weight to (kH, kW, C_out), plus the phase tap tables."""
-    if geometry.in_per_group != 1:
-        raise ValueError(f"the depthwise algorithm needs groups == C_in, got groups={geometry.groups}, "
-                         f"C_in={geometry.in_channels}")
-    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_hw, geometry.stride, geometry.dilation
-    reordered = np.ascontiguousarray(weight.transpose(1, 2, 0, 3)).reshape(-1)
-    return PackedWeights([reordered], phase_taps(sh, kh, dh, geometry.pad[0][0]),
-                         phase_taps(sw, kw, dw, geometry.pad[1][0]))
-
+    @property
+    def nbytes(self):
+        return self.storage.nbytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,138 +244,72 @@ def pack_deconv_depthwise(weight, geometry):
 # into tasks and runs them on threads. It is built once per input shape (the plan object
 # caches it), so a call only allocates the per-thread workspace and runs.
 
-cdef enum Kind:
-    KIND_COL2IM, KIND_PHASE, KIND_DEPTHWISE, KIND_IM2COL
-
-_KINDS = {"col2im": KIND_COL2IM, "phase": KIND_PHASE, "depthwise": KIND_DEPTHWISE, "im2col": KIND_IM2COL}
-
-
-# Every task is a row of 5 numbers (a, row_begin, row_end, col_begin, col_end); `a` is the image
-# (col2im, im2col) or the row phase (phase); the column range is used by phase only.
-
-def _band_tasks(Py_ssize_t batch, Py_ssize_t rows, int threads):
-    """(n, row_begin, row_end) tasks over each image's output rows; about 2 per thread."""
-    cdef Py_ssize_t bands = 1
-    if batch == 0:
-        return []
-    if threads > 1 and batch < 2 * threads:
-        bands = min(_ceil_div(2 * threads, batch), rows)
-    cdef Py_ssize_t band_rows = _ceil_div(rows, bands)
-    return [(n, r0, min(r0 + band_rows, rows), 0, 0) for n in range(batch) for r0 in range(0, rows, band_rows)]
-
-
-def _row_range_tasks(Py_ssize_t rows, int threads, Py_ssize_t phase=0, Py_ssize_t split=1):
-    """(phase, row_begin, row_end) tasks over `rows` rows; about 4 per thread overall, where the
-    rows are one of `split` equal parts of the work."""
-    cdef Py_ssize_t per_task = max(1, _ceil_div(rows * split, 4 * threads)) if threads > 1 else max(rows, 1)
-    return [(phase, r0, min(r0 + per_task, rows), 0, 0) for r0 in range(0, rows, per_task)]
-
-
-def _phase_tasks(Py_ssize_t ry, Py_ssize_t rows, Py_ssize_t pixels, Py_ssize_t cols, Py_ssize_t stride_h,
-                 int threads):
-    """Tasks for the `rows` rows (`pixels` output pixels per group) of row phase ry. Threads split
-    the operand that is larger, so the other is the one read twice: B's columns (`cols` output
-    channels per group, in aligned blocks) when there are fewer pixels than channels, else the rows."""
-    cdef Py_ssize_t parts, per_part
-    if threads > 1 and pixels < cols and cols > FD_GEMM_COLUMN_ALIGN:
-        parts = min(_ceil_div(threads, stride_h), _ceil_div(cols, FD_GEMM_COLUMN_ALIGN))
-        per_part = _ceil_div(_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN
-        return [(ry, 0, rows, c0, min(c0 + per_part, cols)) for c0 in range(0, cols, per_part)]
-    return [(ry, r0, r1, 0, cols) for (_, r0, r1, _, _) in _row_range_tasks(rows, threads, ry, stride_h)]
-
-
 cdef class Runner:
-    """One algorithm, bound to packed weights and one geometry, ready to run."""
+    """Packed weights bound to one geometry, ready to run on threads."""
     cdef fd_geometry geo
-    cdef Kind kind
-    cdef bint is_double
+    cdef fd_operands operands
+    cdef fd_run_fn run_task
     cdef readonly str algorithm
     cdef readonly int threads
     cdef PackedWeights packed
-    cdef object bias, zeros, task_array, taps_y, taps_x
-    cdef Py_ssize_t ntasks, chunk, ws_reals, ws_pointers
+    cdef object bias, task_array
+    cdef Py_ssize_t ntasks
+    cdef size_t ws_bytes
 
-    def __init__(self, str algorithm, PackedWeights packed, bias, geometry, dtype):
-        self.algorithm = algorithm
-        self.kind = _KINDS[algorithm]
-        self.is_double = np.dtype(dtype) == np.float64
+    def __init__(self, PackedWeights packed, bias, geometry):
+        self.algorithm = packed.algorithm
         self.packed = packed
-        self.bias = bias
+        self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=packed.dtype)
         self.geo = _c_geometry(geometry)
-        cdef Py_ssize_t itemsize = 8 if self.is_double else 4
-        cdef Py_ssize_t cig = self.geo.in_channels // self.geo.groups
-        cdef Py_ssize_t taps = self.geo.kernel_h * self.geo.kernel_w
-        cdef Py_ssize_t taps_cols = taps * (self.geo.out_channels // self.geo.groups)
+        cdef const fd_algorithm *alg = packed.alg
         cdef int threads = 1 if geometry.flops < _serial_flops else get_num_threads()
-        self.zeros = np.zeros(max(cig, 1), dtype=dtype)
-        self.taps_y, self.taps_x = packed.taps_y, packed.taps_x
-        self.ws_reals = 0
-        self.ws_pointers = 0
-        self.chunk = 0
-        if self.kind == KIND_COL2IM:
-            tasks = _band_tasks(self.geo.batch, self.geo.out_h, threads)
-            self.chunk = max(self.geo.in_w, COL2IM_WORKSPACE_BYTES // (itemsize * max(taps_cols, 1)))
-            self.ws_reals = self.chunk * taps_cols
-            self.ws_pointers = 2 * self.chunk
-        elif self.kind == KIND_IM2COL:
-            tasks = _band_tasks(self.geo.batch, self.geo.out_h, threads)
-            self.chunk = _gemm_chunk(taps * cig, itemsize)
-            self.ws_pointers = self.chunk * (taps + 1)
-        elif self.kind == KIND_PHASE:
-            tasks = []
-            for ry in range(min(self.geo.stride_h, self.geo.out_h)):
-                rows = self.geo.batch * _ceil_div(self.geo.out_h - ry, self.geo.stride_h)
-                tasks += _phase_tasks(ry, rows, rows * _ceil_div(self.geo.out_w, self.geo.stride_w),
-                                      self.geo.out_channels // self.geo.groups, self.geo.stride_h, threads)
-            self.chunk = _gemm_chunk(taps * cig, itemsize)
-            self.ws_pointers = self.chunk * (taps + 1)
-        else:
-            tasks = _row_range_tasks(self.geo.batch * self.geo.out_h, threads)
-        if self.geo.batch == 0 or self.geo.out_channels == 0:   # an empty result: nothing to compute
-            tasks = []
-        self.ntasks = len(tasks)
+        cdef fd_workspace ws = alg.workspace(&self.geo, packed.dtype_index)
+        # Per-thread slices, rounded to cache lines so that threads never share one.
+        self.ws_bytes = (ws.bytes + 63) // 64 * 64
+        self.ntasks = 0
+        if self.geo.batch > 0 and self.geo.out_channels > 0:   # else an empty result: nothing to compute
+            self.ntasks = alg.tasks(&self.geo, threads, NULL)
+        self.task_array = np.zeros((max(self.ntasks, 1), 5), dtype=np.intp)
+        if self.ntasks > 0:
+            alg.tasks(&self.geo, threads, <fd_task *>cnp.PyArray_DATA(self.task_array))
         self.threads = max(1, min(threads, self.ntasks))
-        self.task_array = np.array(tasks, dtype=np.intp).reshape(-1, 5)
+        self.run_task = alg.run[packed.dtype_index]
+        self.operands.geo = &self.geo
+        self.operands.packed = packed.blob
+        self.operands.bias = cnp.PyArray_DATA(self.bias) if self.bias is not None else NULL
+        self.operands.chunk = ws.chunk
+
+    @property
+    def tasks(self):
+        """The tasks as an (ntasks, 5) array of (part, row_begin, row_end, col_begin, col_end)."""
+        return self.task_array[:self.ntasks].copy()
 
     def run(self, x, y):
-        """Fill y (C-contiguous, the runner's dtype and geometry) from x (C-contiguous)."""
+        """Fill y (C-contiguous, the packed dtype, this geometry's output shape) from x (C-contiguous)."""
         if self.ntasks == 0:
             return y
-        # Per-thread slices, rounded to cache lines so that threads never share one.
-        cdef Py_ssize_t ws_bytes = (self.ws_reals * (8 if self.is_double else 4) + self.ws_pointers * sizeof(void *)
-                                    + 63) // 64 * 64
-        cdef char *workspace = <char *>malloc(max(ws_bytes, 1) * self.threads)
+        cdef char *workspace = <char *>malloc(max(self.ws_bytes, 1) * self.threads)
         if workspace == NULL:
-            raise MemoryError(f"could not allocate {ws_bytes * self.threads} bytes of workspace")
+            raise MemoryError(f"could not allocate {self.ws_bytes * self.threads} bytes of workspace")
         cdef int *status = <int *>calloc(self.ntasks, sizeof(int))
         if status == NULL:
             free(workspace)
             raise MemoryError("could not allocate the task status array")
-        cdef RunArgs args
-        args.geo = &self.geo
-        args.kind = self.kind
-        args.is_double = self.is_double
-        args.x = cnp.PyArray_DATA(x)
-        args.y = cnp.PyArray_DATA(y)
-        args.bias = cnp.PyArray_DATA(self.bias) if self.bias is not None else NULL
-        args.zeros = cnp.PyArray_DATA(self.zeros)
-        args.weights = self.packed.table()
-        args.taps_y = <const Py_ssize_t *>cnp.PyArray_DATA(self.taps_y) if self.taps_y is not None else NULL
-        args.taps_x = <const Py_ssize_t *>cnp.PyArray_DATA(self.taps_x) if self.taps_x is not None else NULL
-        args.tasks = <const Py_ssize_t *>cnp.PyArray_DATA(self.task_array)
-        args.chunk = self.chunk
-        args.ws_reals = self.ws_reals
-        args.ws_bytes = ws_bytes
-        args.workspace = workspace
+        cdef fd_operands op = self.operands
+        op.x = cnp.PyArray_DATA(x)
+        op.y = cnp.PyArray_DATA(y)
+        cdef const fd_task *tasks = <const fd_task *>cnp.PyArray_DATA(self.task_array)
+        cdef fd_run_fn run_task = self.run_task
+        cdef size_t ws_bytes = self.ws_bytes
         cdef Py_ssize_t task, failed = -1
         cdef int code = 0
         with nogil:
             if self.threads == 1:
                 for task in range(self.ntasks):
-                    status[task] = _run_task(&args, task, 0)
+                    status[task] = run_task(&op, &tasks[task], workspace)
             else:
                 for task in prange(self.ntasks, num_threads=self.threads, schedule="dynamic"):
-                    status[task] = _run_task(&args, task, threadid())
+                    status[task] = run_task(&op, &tasks[task], workspace + threadid() * ws_bytes)
             for task in range(self.ntasks):
                 if status[task] != 0 and failed < 0:
                     failed = task
@@ -444,63 +320,3 @@ cdef class Runner:
             raise RuntimeError(f"fastdeconv kernel {self.algorithm} failed with status {code} on task "
                                f"{failed} (a bug: please report it)")
         return y
-
-
-cdef struct RunArgs:
-    const fd_geometry *geo
-    Kind kind
-    bint is_double
-    const void *x
-    void *y
-    const void *bias
-    const void *zeros
-    const void *const *weights
-    const Py_ssize_t *taps_y
-    const Py_ssize_t *taps_x
-    const Py_ssize_t *tasks
-    Py_ssize_t chunk, ws_reals, ws_bytes
-    char *workspace
-
-
-cdef int _run_task(const RunArgs *a, Py_ssize_t task, int tid) noexcept nogil:
-    """Run one task on this thread's slice of the workspace."""
-    cdef const Py_ssize_t *t = a.tasks + 5 * task
-    cdef char *ws = a.workspace + tid * a.ws_bytes
-    cdef Py_ssize_t reals_bytes = a.ws_reals * (8 if a.is_double else 4)
-    cdef void **pointers = <void **>(ws + reals_bytes)
-    cdef Py_ssize_t taps = a.geo.kernel_h * a.geo.kernel_w
-    if a.kind == KIND_COL2IM:
-        if a.is_double:
-            return fd_ddeconv_col2im_band(a.geo, <const double *>a.x, <const double *const *>a.weights,
-                                          <const double *>a.bias, <double *>a.y, t[0], t[1], t[2], <double *>ws,
-                                          a.chunk, <const double **>pointers, <double **>(pointers + a.chunk))
-        return fd_sdeconv_col2im_band(a.geo, <const float *>a.x, <const float *const *>a.weights,
-                                      <const float *>a.bias, <float *>a.y, t[0], t[1], t[2], <float *>ws,
-                                      a.chunk, <const float **>pointers, <float **>(pointers + a.chunk))
-    if a.kind == KIND_PHASE:
-        if a.is_double:
-            return fd_ddeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const double *>a.x,
-                                         <const double *const *>a.weights, <const double *>a.bias, <double *>a.y,
-                                         t[0], t[1], t[2], t[3], t[4], <const double *>a.zeros, a.chunk,
-                                         <const double **>pointers, <double **>(pointers + a.chunk * taps))
-        return fd_sdeconv_phase_rows(a.geo, a.taps_y, a.taps_x, <const float *>a.x,
-                                     <const float *const *>a.weights, <const float *>a.bias, <float *>a.y,
-                                     t[0], t[1], t[2], t[3], t[4], <const float *>a.zeros, a.chunk,
-                                     <const float **>pointers, <float **>(pointers + a.chunk * taps))
-    if a.kind == KIND_DEPTHWISE:
-        if a.is_double:
-            return fd_ddeconv_depthwise_rows(a.geo, a.taps_y, a.taps_x, <const double *>a.x,
-                                             (<const double *const *>a.weights)[0], <const double *>a.bias,
-                                             <double *>a.y, t[1], t[2])
-        return fd_sdeconv_depthwise_rows(a.geo, a.taps_y, a.taps_x, <const float *>a.x,
-                                         (<const float *const *>a.weights)[0], <const float *>a.bias,
-                                         <float *>a.y, t[1], t[2])
-    if a.is_double:
-        return fd_dconv_im2col_band(a.geo, <const double *>a.x, <const double *const *>a.weights,
-                                    <const double *>a.bias, <double *>a.y, t[0], t[1], t[2],
-                                    <const double *>a.zeros, a.chunk, <const double **>pointers,
-                                    <double **>(pointers + a.chunk * taps))
-    return fd_sconv_im2col_band(a.geo, <const float *>a.x, <const float *const *>a.weights,
-                                <const float *>a.bias, <float *>a.y, t[0], t[1], t[2],
-                                <const float *>a.zeros, a.chunk, <const float **>pointers,
-                                <float **>(pointers + a.chunk * taps))

@@ -1,4 +1,5 @@
-/* Transposed convolution as GEMM + col2im (included by deconv_col2im.c per type).
+/* Algorithm "col2im": transposed convolution as GEMM + col2im (an algorithm template, see
+ * algorithm.h). Runs any layer; the baseline the others are tested against.
  *
  * For each group g and a chunk of input pixels P (rows of the NHWC input):
  *   col[p, (ky, kx, o)] = sum_i x[p, g*Cig + i] * w[g*Cig + i, ky, kx, o]
@@ -10,13 +11,41 @@
  * Threads work on disjoint bands of output rows, so the scatter never races: a
  * band recomputes the few input rows it shares with its neighbours (at most
  * ceil(dH*(kH-1)/sH) rows per band edge).
+ *
+ * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk
+ * (>= W) input pixels of kH*kW*Cog elements, and chunk pointers each for the GEMM's A and C rows.
  */
-#ifndef FD_REAL
-#error "FD_REAL must be defined"
-#endif
+#if defined(FD_ALGORITHM_SHARED)
 
-int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
-                              const FD_REAL *const *packed_w, const FD_REAL *FD_RESTRICT bias,
+static const char *col2im_unsupported(const fd_geometry *geo) {
+    (void)geo;
+    return NULL;
+}
+
+static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
+    const size_t itemsize = fd_itemsize(dtype);
+    const ptrdiff_t taps_cols = geo->kernel_h * geo->kernel_w * (geo->out_channels / geo->groups);
+    fd_workspace ws;
+    ws.chunk = (ptrdiff_t)(FD_COL2IM_WORKSPACE_BYTES / (itemsize * (size_t)(taps_cols > 0 ? taps_cols : 1)));
+    if (ws.chunk < geo->in_w) ws.chunk = geo->in_w;
+    /* pointers first, so that they are aligned whatever the element count */
+    ws.bytes = (size_t)ws.chunk * (2 * sizeof(void *) + (size_t)taps_cols * itemsize);
+    return ws;
+}
+
+static ptrdiff_t col2im_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    ptrdiff_t count = 0;
+    fd_band_tasks(geo->batch, geo->out_h, threads, tasks, &count);
+    return count;
+}
+
+#elif defined(FD_ALGORITHM_DESCRIPTOR)
+
+FD_DEFINE_ALGORITHM(col2im, 1)
+
+#else
+
+static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed, const FD_REAL *FD_RESTRICT bias,
                               FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
                               FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels,
                               const FD_REAL **a_rows, FD_REAL **c_rows)
@@ -54,7 +83,7 @@ int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT
                 a_rows[p] = x_rows + p * Cin;
                 c_rows[p] = col + p * taps_cols;
             }
-            FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows, packed_w[g], NULL,
+            FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows, (const FD_REAL *)fd_blob_part(packed, (size_t)g), NULL,
                                  c_rows, 0);
             for (ptrdiff_t p = 0; p < M; p++) {
                 const ptrdiff_t iy = iy0 + p / W, ix = p % W;
@@ -81,3 +110,34 @@ int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT
     }
     return FD_OK;
 }
+
+/* Blob parts: the (Cig, kH*kW*Cog) matrix of each group, packed; the weight's group slice is
+ * already that matrix, row-major. */
+static int FD_FN(col2im_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
+{
+    const ptrdiff_t G = geo->groups, Cig = geo->in_channels / G;
+    const ptrdiff_t taps_cols = geo->kernel_h * geo->kernel_w * (geo->out_channels / G);
+    fd_blob b;
+    fd_blob_begin(&b, blob, (size_t)G);
+    for (ptrdiff_t g = 0; g < G; g++) {
+        const size_t size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)taps_cols);
+        FD_REAL *packed = (FD_REAL *)fd_blob_add(&b, (size_t)g, size * sizeof(FD_REAL));
+        if (packed != NULL && size > 0)
+            FD_FN(gemm_pack_b)((size_t)Cig, (size_t)taps_cols, (const FD_REAL *)weight + g * Cig * taps_cols,
+                               taps_cols, 1, packed);
+    }
+    *bytes = b.size;
+    return FD_OK;
+}
+
+static int FD_FN(col2im_run)(const fd_operands *op, const fd_task *t, void *workspace)
+{
+    const FD_REAL **a_rows = (const FD_REAL **)workspace;
+    FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk);
+    FD_REAL *col = (FD_REAL *)(c_rows + op->chunk);
+    return FD_FN(deconv_col2im_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
+                                     (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, col, op->chunk,
+                                     a_rows, c_rows);
+}
+
+#endif

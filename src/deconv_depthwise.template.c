@@ -1,66 +1,73 @@
-/* Depthwise transposed convolution (groups == C_in, one input channel per group),
- * a direct kernel vectorised over channels (included by deconv_depthwise.c per type
- * and ISA).
+/* Algorithm "depthwise": transposed convolution with one input channel per group (groups == C_in,
+ * any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
- * With Cog = C_out / C_in outputs per input channel and wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog]
- * (the weight reordered once to (kH, kW, C_out)):
- *   y[n, oy, ox, c] = bias[c] + sum_{(ky, kx) in taps(oy mod sH, ox mod sW)} x[n, iy, ix, c / Cog] * wr[ky, kx, c]
- *   iy = (oy + pad_top - ky*dH) / sH,  ix = (ox + pad_left - kx*dW) / sW   (exact)
- * Only the taps of each output phase are visited (taps_y/taps_x as in deconv_phase), so no
- * inserted zero is multiplied. A GEMM would have K = taps and N = Cog: far too small, so this is
- * bound by memory instead: each output row is accumulated in cache and written once.
+ * A GEMM would have K = taps and N = Cog, far too small, so this is a direct kernel vectorised
+ * over channels and bound by memory: the microkernel in depthwise_rows.c (one clone per ISA)
+ * visits only each output phase's taps, with wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog].
+ *
+ * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */
-#ifndef FD_REAL
-#error "FD_REAL must be defined"
-#endif
+#if defined(FD_ALGORITHM_SHARED)
 
-FD_TARGET static void FD_ISA_FN(depthwise_axpy)(FD_REAL *FD_RESTRICT acc, const FD_REAL *FD_RESTRICT x,
-                                                const FD_REAL *FD_RESTRICT w, ptrdiff_t C, ptrdiff_t Cog)
-{
-    if (Cog == 1) {
-        for (ptrdiff_t c = 0; c < C; c++) acc[c] += x[c] * w[c];
-    } else {
-        for (ptrdiff_t ci = 0; ci < C / Cog; ci++)
-            for (ptrdiff_t o = 0; o < Cog; o++) acc[ci * Cog + o] += x[ci] * w[ci * Cog + o];
-    }
+#define FD_DEPTHWISE_MAX_STRIDE 4096
+
+static const char *depthwise_unsupported(const fd_geometry *geo) {
+    if (geo->groups != geo->in_channels) return "it needs one input channel per group (groups == C_in)";
+    if (geo->kernel_h > FD_MAX_PHASE_TAPS || geo->kernel_w > FD_MAX_PHASE_TAPS)
+        return "its kernel sides are limited to FD_MAX_PHASE_TAPS = 256";
+    if (geo->stride_h > FD_DEPTHWISE_MAX_STRIDE || geo->stride_w > FD_DEPTHWISE_MAX_STRIDE)
+        return "its strides are limited to 4096 (its tap tables have a row per stride phase)";
+    return NULL;
 }
 
-FD_TARGET int FD_ISA_FN(deconv_depthwise_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y,
-                                               const ptrdiff_t *taps_x, const FD_REAL *FD_RESTRICT x,
-                                               const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
-                                               FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
-{
-    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
-    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, C = geo->out_channels, Cog = C / Cin;
-    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
-    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
-    if (geo->groups != Cin || row_begin < 0 || row_end > geo->batch * Ho) return FD_ERR_ARGUMENT;
+/* Blob parts: the row and column tap tables, then the reordered weight. */
+enum { DEPTHWISE_TAPS_Y, DEPTHWISE_TAPS_X, DEPTHWISE_WEIGHT };
 
-    for (ptrdiff_t r = row_begin; r < row_end; r++) {          /* r = n*Ho + oy */
-        const ptrdiff_t n = r / Ho, oy = r % Ho, ry = oy % sH, jy = oy / sH;
-        FD_REAL *FD_RESTRICT row = y + r * Wo * C;
-        for (ptrdiff_t ox = 0; ox < Wo; ox++)
-            for (ptrdiff_t c = 0; c < C; c++) row[ox * C + c] = bias ? bias[c] : (FD_REAL)0;
-        const ptrdiff_t *ky_list = taps_y + ry * (1 + kH);
-        for (ptrdiff_t ty = 1; ty <= ky_list[0]; ty++) {
-            const ptrdiff_t ky = ky_list[ty];
-            const ptrdiff_t iy = jy + (ry + geo->pad_top - ky * dH) / sH;   /* exact division */
-            if (iy < 0 || iy >= H) continue;
-            const FD_REAL *x_row = x + (n * H + iy) * W * Cin;
-            /* Column phase rx: output columns ox = rx + jx*sW read input column jx + base (exact),
-               so each tap is a run of consecutive input pixels: no division per pixel. */
-            for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
-                const ptrdiff_t *kx_list = taps_x + rx * (1 + kW);
-                const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
-                for (ptrdiff_t tx = 1; tx <= kx_list[0]; tx++) {
-                    const ptrdiff_t kx = kx_list[tx], base = (rx + geo->pad_left - kx * dW) / sW;
-                    const ptrdiff_t jx_begin = base < 0 ? -base : 0, jx_end = Jx < W - base ? Jx : W - base;
-                    const FD_REAL *w_tap = wr + (ky * kW + kx) * C;
-                    for (ptrdiff_t jx = jx_begin; jx < jx_end; jx++)
-                        FD_ISA_FN(depthwise_axpy)(row + (rx + jx * sW) * C, x_row + (jx + base) * Cin, w_tap, C, Cog);
-                }
-            }
-        }
-    }
+static fd_workspace depthwise_workspace(const fd_geometry *geo, int dtype) {
+    fd_workspace ws = {0, 0};
+    (void)geo;
+    (void)dtype;
+    return ws;
+}
+
+static ptrdiff_t depthwise_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    ptrdiff_t count = 0;
+    fd_row_range_tasks(geo->batch * geo->out_h, threads, 0, 1, 0, tasks, &count);
+    return count;
+}
+
+#elif defined(FD_ALGORITHM_DESCRIPTOR)
+
+FD_DEFINE_ALGORITHM(depthwise, 1)
+
+#else
+
+static int FD_FN(depthwise_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
+{
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t C = geo->out_channels, Cog = C / geo->in_channels;
+    fd_blob b;
+    fd_blob_begin(&b, blob, 3);
+    ptrdiff_t *taps_y = (ptrdiff_t *)fd_blob_add(&b, DEPTHWISE_TAPS_Y, (size_t)(sH * (1 + kH)) * sizeof(ptrdiff_t));
+    ptrdiff_t *taps_x = (ptrdiff_t *)fd_blob_add(&b, DEPTHWISE_TAPS_X, (size_t)(sW * (1 + kW)) * sizeof(ptrdiff_t));
+    FD_REAL *wr = (FD_REAL *)fd_blob_add(&b, DEPTHWISE_WEIGHT, (size_t)(kH * kW * C) * sizeof(FD_REAL));
+    *bytes = b.size;
+    if (blob == NULL) return FD_OK;
+    fd_phase_taps(sH, kH, geo->dilation_h, geo->pad_top, taps_y);
+    fd_phase_taps(sW, kW, geo->dilation_w, geo->pad_left, taps_x);
+    const FD_REAL *w = (const FD_REAL *)weight;   /* (C_in, kH, kW, Cog) */
+    for (ptrdiff_t c = 0; c < C; c++)
+        for (ptrdiff_t t = 0; t < kH * kW; t++) wr[t * C + c] = w[((c / Cog) * kH * kW + t) * Cog + c % Cog];
     return FD_OK;
 }
+
+static int FD_FN(depthwise_run)(const fd_operands *op, const fd_task *t, void *workspace)
+{
+    (void)workspace;
+    return FD_FN(depthwise_rows)(op->geo, (const ptrdiff_t *)fd_blob_part(op->packed, DEPTHWISE_TAPS_Y),
+                                 (const ptrdiff_t *)fd_blob_part(op->packed, DEPTHWISE_TAPS_X),
+                                 (const FD_REAL *)op->x, (const FD_REAL *)fd_blob_part(op->packed, DEPTHWISE_WEIGHT),
+                                 (const FD_REAL *)op->bias, (FD_REAL *)op->y, t->row_begin, t->row_end);
+}
+
+#endif

@@ -1,5 +1,5 @@
-/* Transposed convolution by stride-phase ("sub-pixel") decomposition
- * (included by deconv_phase.c per type).
+/* Algorithm "phase": transposed convolution by stride-phase ("sub-pixel") decomposition
+ * (an algorithm template, see algorithm.h).
  *
  * Output row oy only receives taps ky with (oy + pad_top - ky*dH) divisible by sH, and
  * which taps those are depends only on the phase ry = oy mod sH (likewise columns).
@@ -24,16 +24,63 @@
  * taps_y: sH rows of (1 + kH) entries: the count Ty(ry), then the ky values (ascending);
  * taps_x likewise. B's K index is (ty*Tx + tx)*Cig + i, matching a_rows[m*T + ty*Tx + tx].
  */
-#ifndef FD_REAL
-#error "FD_REAL must be defined"
-#endif
+#if defined(FD_ALGORITHM_SHARED)
 
-int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
-                             const FD_REAL *FD_RESTRICT x, const FD_REAL *const *packed_w,
-                             const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
-                             ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
-                             const FD_REAL *zeros,
-                             ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
+/* Phase tap tables live on the stack of the kernel, and B is packed per (group, phase). */
+#define FD_PHASE_MAX_STRIDE 32
+
+static const char *phase_unsupported(const fd_geometry *geo) {
+    if (geo->kernel_h > FD_MAX_PHASE_TAPS || geo->kernel_w > FD_MAX_PHASE_TAPS)
+        return "its kernel sides are limited to FD_MAX_PHASE_TAPS = 256";
+    if (geo->stride_h > FD_PHASE_MAX_STRIDE || geo->stride_w > FD_PHASE_MAX_STRIDE)
+        return "its strides are limited to 32 (it packs groups*sH*sW sub-kernels)";
+    return NULL;
+}
+
+/* Blob parts: the row and column tap tables, Cig zeros (the A row of taps outside the image),
+ * then the packed (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase). */
+enum { PHASE_TAPS_Y, PHASE_TAPS_X, PHASE_ZEROS, PHASE_MATRICES };
+
+static fd_workspace phase_workspace(const fd_geometry *geo, int dtype) {
+    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
+    fd_workspace ws;
+    ws.chunk = fd_gemm_chunk(taps * (geo->in_channels / geo->groups), fd_itemsize(dtype));
+    ws.bytes = (size_t)ws.chunk * (size_t)(taps + 1) * sizeof(void *);
+    return ws;
+}
+
+/* Per row phase ry: its rows counted across the batch. Threads split the operand that is larger,
+ * so the other is the one read twice: B's columns (output channels, in aligned blocks) when the
+ * phase has fewer pixels than channels, else the rows. */
+static ptrdiff_t phase_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t sH = geo->stride_h, cols = geo->out_channels / geo->groups;
+    ptrdiff_t count = 0;
+    for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
+        const ptrdiff_t rows = geo->batch * fd_ceil_div(geo->out_h - ry, sH);
+        const ptrdiff_t pixels = rows * fd_ceil_div(geo->out_w, geo->stride_w);
+        if (threads > 1 && pixels < cols && cols > FD_GEMM_COLUMN_ALIGN) {
+            ptrdiff_t parts = fd_ceil_div(threads, sH);
+            if (parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+            const ptrdiff_t per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+            for (ptrdiff_t c0 = 0; c0 < cols; c0 += per_part)
+                fd_task_add(tasks, &count, ry, 0, rows, c0, c0 + per_part < cols ? c0 + per_part : cols);
+        } else {
+            fd_row_range_tasks(rows, threads, ry, sH, cols, tasks, &count);
+        }
+    }
+    return count;
+}
+
+#elif defined(FD_ALGORITHM_DESCRIPTOR)
+
+FD_DEFINE_ALGORITHM(phase, 1)
+
+#else
+
+static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, const FD_REAL *FD_RESTRICT x,
+                                    const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
+                                    ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
+                                    ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
@@ -42,6 +89,9 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH;
     const ptrdiff_t cols = col_end - col_begin;
+    const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_Y);
+    const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_X);
+    const FD_REAL *zeros = (const FD_REAL *)fd_blob_part(packed, PHASE_ZEROS);
     if (ry < 0 || ry >= sH || row_begin < 0 || row_end > geo->batch * Jy || chunk_pixels < 1 || col_begin < 0 ||
         col_end > Cog || cols < 0 || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
         return FD_ERR_ARGUMENT;
@@ -68,7 +118,8 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
                 const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
                 const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
                 for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
-                const FD_REAL *B = packed_w[(g * sH + ry) * sW + rx] + T * Cig * col_begin;
+                const FD_REAL *B = (const FD_REAL *)fd_blob_part(packed, PHASE_MATRICES + (size_t)((g * sH + ry) * sW + rx)) +
+                                   T * Cig * col_begin;
                 for (ptrdiff_t jx0 = 0; jx0 < Jx; jx0 += chunk_pixels) {
                     const ptrdiff_t jx1 = jx0 + chunk_pixels < Jx ? jx0 + chunk_pixels : Jx;
                     ptrdiff_t M = 0;
@@ -103,3 +154,67 @@ int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, co
     }
     return FD_OK;
 }
+
+/* Row (ty*Tx + tx)*Cig + i of group g's sub-kernel for phase (ry, rx) is the Cog-vector
+ * w[g*Cig + i, ky_ty, kx_tx, :]. */
+static int FD_FN(phase_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
+{
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t G = geo->groups, Cig = geo->in_channels / G, Cog = geo->out_channels / G;
+    const size_t taps_y_bytes = (size_t)(sH * (1 + kH)) * sizeof(ptrdiff_t);
+    const size_t taps_x_bytes = (size_t)(sW * (1 + kW)) * sizeof(ptrdiff_t);
+    /* the tap tables decide every sub-kernel's size, so they are built when measuring too */
+    ptrdiff_t *taps_y = (ptrdiff_t *)malloc(taps_y_bytes + taps_x_bytes);
+    const FD_REAL **rows = blob ? (const FD_REAL **)malloc((size_t)(kH * kW * Cig + 1) * sizeof(*rows)) : NULL;
+    if (taps_y == NULL || (blob != NULL && rows == NULL)) {
+        free(taps_y);
+        free(rows);
+        return FD_ERR_WORKSPACE;
+    }
+    ptrdiff_t *taps_x = taps_y + sH * (1 + kH);
+    fd_phase_taps(sH, kH, geo->dilation_h, geo->pad_top, taps_y);
+    fd_phase_taps(sW, kW, geo->dilation_w, geo->pad_left, taps_x);
+
+    fd_blob b;
+    fd_blob_begin(&b, blob, PHASE_MATRICES + (size_t)(G * sH * sW));
+    void *taps_y_part = fd_blob_add(&b, PHASE_TAPS_Y, taps_y_bytes);
+    void *taps_x_part = fd_blob_add(&b, PHASE_TAPS_X, taps_x_bytes);
+    void *zeros = fd_blob_add(&b, PHASE_ZEROS, (size_t)Cig * sizeof(FD_REAL));
+    if (blob != NULL) {
+        memcpy(taps_y_part, taps_y, taps_y_bytes);
+        memcpy(taps_x_part, taps_x, taps_x_bytes);
+        memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
+    }
+    const FD_REAL *w = (const FD_REAL *)weight;
+    for (ptrdiff_t g = 0; g < G; g++)
+        for (ptrdiff_t ry = 0; ry < sH; ry++)
+            for (ptrdiff_t rx = 0; rx < sW; rx++) {
+                const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, *kx = taps_x + rx * (1 + kW) + 1;
+                const ptrdiff_t Ty = ky[-1], Tx = kx[-1], K = Ty * Tx * Cig;
+                const size_t size = K > 0 && Cog > 0 ? FD_FN(gemm_packed_size)((size_t)K, (size_t)Cog) : 0;
+                FD_REAL *packed = (FD_REAL *)fd_blob_add(&b, PHASE_MATRICES + (size_t)((g * sH + ry) * sW + rx),
+                                                         size * sizeof(FD_REAL));
+                if (packed == NULL || size == 0) continue;
+                for (ptrdiff_t ty = 0; ty < Ty; ty++)
+                    for (ptrdiff_t tx = 0; tx < Tx; tx++)
+                        for (ptrdiff_t i = 0; i < Cig; i++)
+                            rows[(ty * Tx + tx) * Cig + i] = w + (((g * Cig + i) * kH + ky[ty]) * kW + kx[tx]) * Cog;
+                FD_FN(gemm_pack_b_rows)((size_t)K, (size_t)Cog, rows, packed);
+            }
+    free(taps_y);
+    free(rows);
+    *bytes = b.size;
+    return FD_OK;
+}
+
+/* Task: (row phase ry, its rows [row_begin, row_end), output channels [col_begin, col_end)). */
+static int FD_FN(phase_run)(const fd_operands *op, const fd_task *t, void *workspace)
+{
+    const FD_REAL **a_rows = (const FD_REAL **)workspace;
+    FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
+    return FD_FN(deconv_phase_rows)(op->geo, op->packed, (const FD_REAL *)op->x, (const FD_REAL *)op->bias,
+                                    (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
+                                    op->chunk, a_rows, c_rows);
+}
+
+#endif

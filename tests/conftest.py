@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import fastdeconv  # noqa: E402
 from fastdeconv import _cpu  # noqa: E402
 
-from helpers import ALGORITHM_ENV, DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
+from helpers import DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
 
 
 def pytest_configure(config):
@@ -22,9 +22,8 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def _restore_global_state(monkeypatch):
-    """No test may leak a forced algorithm, GEMM ISA or thread count into the next one."""
-    monkeypatch.delenv(ALGORITHM_ENV, raising=False)
+def _restore_global_state():
+    """No test may leak a forced GEMM ISA or thread count into the next one."""
     isa = _cpu.get_gemm_isa()
     threads = fastdeconv.get_num_threads()
     yield
@@ -33,10 +32,10 @@ def _restore_global_state(monkeypatch):
 
 
 @pytest.fixture(params=DECONV_PATHS, ids=[f"{a}-{i}" for a, i in DECONV_PATHS])
-def deconv_path(request, monkeypatch):
-    """(algorithm, isa): $FASTDECONV_ALGORITHM and the GEMM ISA forced for the test, restored after."""
+def deconv_path(request):
+    """(algorithm, isa): the test passes algorithm= to its transposed convolutions; the GEMM ISA is
+    forced for the test and restored after."""
     algorithm, isa = request.param
-    monkeypatch.setenv(ALGORITHM_ENV, algorithm)
     with gemm_isa(isa):
         yield algorithm, isa
 

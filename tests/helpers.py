@@ -19,7 +19,6 @@ import fastdeconv
 from fastdeconv import _cpu, _cpu_backend
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-ALGORITHM_ENV = _cpu_backend.ALGORITHM_ENV
 
 
 def examples(n: int) -> int:
@@ -272,9 +271,11 @@ class Case:
                 kw["output_size"] = self.output_size
         return kw
 
-    def call(self, x, w, b, backend="cpu", **extra):
-        fn = fastdeconv.conv_transpose2d if self.op == "t" else fastdeconv.conv2d
-        return fn(x, w, b, **self.kwargs(), backend=backend, **extra)
+    def call(self, x, w, b, backend="cpu", algorithm=None, **extra):
+        """The call on ``backend``; ``algorithm`` forces a transposed convolution's CPU algorithm."""
+        if self.op == "t":
+            return fastdeconv.conv_transpose2d(x, w, b, **self.kwargs(), backend=backend, algorithm=algorithm, **extra)
+        return fastdeconv.conv2d(x, w, b, **self.kwargs(), backend=backend, **extra)
 
     def reference(self, x, w, b):
         fn = fastdeconv.reference.conv_transpose2d if self.op == "t" else fastdeconv.reference.conv2d
@@ -289,10 +290,10 @@ class Case:
                                             kw["dilation"], kw["groups"], kw.get("output_size"))
         return resolve_conv2d(x.shape, w.shape, kw["stride"], kw["padding"], kw["dilation"], kw["groups"])
 
-    def describe(self):
+    def describe(self, algorithm=None):
         d = asdict(self)
         d["isa"] = _cpu.get_gemm_isa()
-        d["algorithm_env"] = os.environ.get(ALGORITHM_ENV)
+        d["algorithm"] = algorithm
         return d
 
 
@@ -305,12 +306,12 @@ def check_case(case: Case, algorithm: str | None = None):
     copies = [None if a is None else a.copy() for a in (x, w, b)]
     ref = case.reference(x, w, b)
     if case.threads is None:
-        got = case.call(x, w, b, backend="cpu")
+        got = case.call(x, w, b, backend="cpu", algorithm=algorithm)
     else:
         with threaded(case.threads):
-            got = case.call(x, w, b, backend="cpu")
-    assert_close(got, ref, case.result_dtype, case.k, **case.describe())
+            got = case.call(x, w, b, backend="cpu", algorithm=algorithm)
+    assert_close(got, ref, case.result_dtype, case.k, **case.describe(algorithm))
     for before, after, name in zip(copies, (x, w, b), ("x", "weight", "bias")):
         if before is not None:
-            assert np.array_equal(before, after, equal_nan=True), f"{name} was modified; {case.describe()}"
+            assert np.array_equal(before, after, equal_nan=True), f"{name} was modified; {case.describe(algorithm)}"
     return True

@@ -106,9 +106,9 @@ def test_out_garbage_is_overwritten(deconv_path, name, dtype, bias):
     ref = case.reference(x, w, b)
     for garbage in (np.nan, 1e30):
         out = np.full(ref.shape, garbage, dtype=dtype)
-        got = case.call(x, w, b, backend="cpu", out=out)
+        got = case.call(x, w, b, backend="cpu", algorithm=deconv_path[0], out=out)
         assert got is out
-        assert_close(out, ref, dtype, case.k, garbage=garbage, **case.describe())
+        assert_close(out, ref, dtype, case.k, garbage=garbage, **case.describe(deconv_path[0]))
 
 
 @pytest.mark.parametrize("garbage", [np.nan, 1e30])
@@ -141,7 +141,7 @@ def test_concurrent_calls_are_identical_to_serial(deconv_path, op, inner_threads
 
         def run(x):
             return fastdeconv.conv_transpose2d(x, w, None, stride=2, padding=1, output_padding=1, groups=groups,
-                                               backend="cpu")
+                                               backend="cpu", algorithm=algorithm)
     else:
         w = rng.uniform(-1, 1, (8, 3, 3, 4)).astype(np.float32)
 
@@ -160,6 +160,7 @@ def test_concurrent_calls_are_identical_to_serial(deconv_path, op, inner_threads
 
 @pytest.mark.parametrize("op", ["t", "c"])
 def test_thread_count_does_not_change_results(deconv_path, op):
+    algorithm = deconv_path[0] if op == "t" else None
     case = Case(op=op, n=1, hw=(17, 9), c_in=6, c_out=6, groups=6 if deconv_path[0] == "depthwise" else 2,
                 kernel=(3, 3), stride=2 if op == "t" else 1, padding=1, dtype="float32", seed=4)
     x, w, b = case.arrays()
@@ -169,10 +170,10 @@ def test_thread_count_does_not_change_results(deconv_path, op):
     for n in (1, 2, 3):
         with threaded(n):
             assert fastdeconv.get_num_threads() in (n, 1)   # 1: serial build
-            results.append(case.call(x, w, b))
+            results.append(case.call(x, w, b, algorithm=algorithm))
     for n in (1, 2):                                        # the public API alone, default serial threshold
         fastdeconv.set_num_threads(n)
-        results.append(case.call(x, w, b))
+        results.append(case.call(x, w, b, algorithm=algorithm))
     for r in results[1:]:
         np.testing.assert_array_equal(results[0], r)
     assert_close(results[0], case.reference(x, w, b), np.float32, case.k)
@@ -211,7 +212,7 @@ def test_nan_propagates(deconv_path, where, dtype):
     if not deconv_supported(algorithm, x.shape, w.shape, **kw):
         pytest.skip(f"{algorithm} declares this geometry unsupported")
     ref = fastdeconv.reference.conv_transpose2d(x, w, b, **kw)
-    got = fastdeconv.conv_transpose2d(x, w, b, backend="cpu", **kw)
+    got = fastdeconv.conv_transpose2d(x, w, b, backend="cpu", algorithm=algorithm, **kw)
     assert np.isnan(ref).any() or np.isinf(ref).any()
     assert_close(got, ref, dtype, 9 * 2, where=where, path=deconv_path)
     np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
@@ -421,7 +422,7 @@ import numpy as np, fastdeconv
 x, w = np.ones({x}), np.ones({w})
 want = fastdeconv.reference.conv_transpose2d(x, w, groups={g}, stride=2)
 try:
-    got = fastdeconv.conv_transpose2d(x, w, groups={g}, stride=2, backend="cpu")
+    got = fastdeconv.conv_transpose2d(x, w, groups={g}, stride=2, backend="cpu", algorithm={algorithm!r})
 except ValueError as e:
     print("ValueError", e)
 else:
@@ -447,11 +448,8 @@ def test_zero_channels_do_not_crash(algorithm, x_shape, w_shape, groups):
     import sys
 
     env = dict(os.environ)
-    env.pop("FASTDECONV_ALGORITHM", None)
-    if algorithm:
-        env["FASTDECONV_ALGORITHM"] = algorithm
     root = os.path.dirname(os.path.dirname(os.path.abspath(fastdeconv.__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", _ZERO_CHANNEL_SCRIPT.format(x=x_shape, w=w_shape, g=groups)],
+    proc = subprocess.run([sys.executable, "-c", _ZERO_CHANNEL_SCRIPT.format(x=x_shape, w=w_shape, g=groups, algorithm=algorithm)],
                           env=env, cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"exit status {proc.returncode} (negative: killed by signal); {proc.stderr[-2000:]}"

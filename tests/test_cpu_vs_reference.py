@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import fastdeconv
 from fastdeconv import _cpu_backend
-from helpers import ALGORITHM_ENV, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case, examples
+from helpers import DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case, examples
 
 SETTINGS = settings(
     max_examples=examples(300),
@@ -281,17 +281,15 @@ def test_every_algorithm_is_exercised(algorithm):
     assert algorithm_supports(algorithm, NAMED_DECONV["depthwise"].geometry(*NAMED_DECONV["depthwise"].arrays()[:2]))
 
 
-def test_forcing_unknown_algorithm_is_an_error(monkeypatch):
-    monkeypatch.setenv(ALGORITHM_ENV, "no-such-algorithm")
+def test_forcing_unknown_algorithm_is_an_error():
     x, w, b = Case().arrays()
     with pytest.raises(ValueError, match="no-such-algorithm"):
-        fastdeconv.conv_transpose2d(x, w, b, backend="cpu")
+        fastdeconv.conv_transpose2d(x, w, b, backend="cpu", algorithm="no-such-algorithm")
 
 
 @pytest.mark.parametrize("algorithm", DECONV_ALGORITHMS)
-def test_forcing_an_algorithm_selects_it(monkeypatch, algorithm):
-    """The env var really picks the algorithm under test (else every path would test the default)."""
+def test_forcing_an_algorithm_selects_it(algorithm):
+    """algorithm= really picks the algorithm under test (else every path would test the default)."""
     case = NAMED_DECONV["depthwise"]
     geometry = case.geometry(*case.arrays()[:2])
-    monkeypatch.setenv(ALGORITHM_ENV, algorithm)
-    assert _cpu_backend.choose_deconv_algorithm(geometry) == algorithm
+    assert _cpu_backend.resolve_algorithm(algorithm, geometry) == algorithm

@@ -49,7 +49,7 @@ def test_adjoint(deconv_path, c, extra):
         return
     y = rng.standard_normal(y_shape)
     forward = fastdeconv.conv2d(x, w, **args, backend="cpu")
-    backward = fastdeconv.conv_transpose2d(y, w, **args, output_size=hw, backend="cpu")
+    backward = fastdeconv.conv_transpose2d(y, w, **args, output_size=hw, backend="cpu", algorithm=deconv_path[0])
     assert backward.shape == x.shape
     lhs, rhs = float(np.vdot(forward, y)), float(np.vdot(x, backward))
     scale = float(np.sum(np.abs(forward) * np.abs(y))) + 1e-300
@@ -88,7 +88,7 @@ def test_transpose_is_conv_of_zero_upsampled_input(deconv_path, c, hw, op, bias)
     if not deconv_supported(deconv_path[0], x.shape, w.shape, c["s"], c["pads"], op, c["d"], g):
         return
     got = fastdeconv.conv_transpose2d(x, w, b, stride=c["s"], padding=c["pads"], output_padding=op,
-                                      dilation=c["d"], groups=g, backend="cpu")
+                                      dilation=c["d"], groups=g, backend="cpu", algorithm=deconv_path[0])
     # pads are <= d·(k−1), so the equivalent conv padding d·(k−1)−p is >= 0; output_padding pads the bottom/right
     conv_pads = tuple((di * (ki - 1) - p0, di * (ki - 1) - p1 + o)
                       for di, ki, (p0, p1), o in zip(c["d"], c["k"], c["pads"], op))

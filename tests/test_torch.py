@@ -64,7 +64,7 @@ def test_conv_transpose2d_matches_torch(deconv_path, c):
                               groups=g, dilation=c["d"])
     got = fastdeconv.conv_transpose2d(
         _nhwc(xt), wt.numpy().transpose(0, 2, 3, 1), None if bt is None else bt.numpy(),
-        stride=c["s"], padding=c["p"], output_padding=c["op"], dilation=c["d"], groups=g)
+        stride=c["s"], padding=c["p"], output_padding=c["op"], dilation=c["d"], groups=g, algorithm=deconv_path[0])
     # mixed-sign data: compare relative to the largest output (cancellation possible)
     scale = float(want.abs().max()) if want.numel() else 1.0
     tol = 1e-4 if c["dtype"] == "float32" else 1e-11

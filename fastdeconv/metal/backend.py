@@ -19,7 +19,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import metal
 from .._params import ConvGeometry
+from .._protocol import BackendStatus, no_algorithms
 from .._validate import Call
 from . import status
 from .plan import (
@@ -107,6 +109,10 @@ class MetalLayer:
             return graph_plan(geometry, self.dtype, self.bias is not None)
         return cnn_plan(geometry, self.dtype, self.bias is not None)
 
+    def bind(self, geometry: ConvGeometry):
+        """run(x, buffer) for inputs of this geometry (the protocol's; the result is a new array)."""
+        return lambda x, buffer: self.run(x, geometry)
+
     def run(self, x, geometry: ConvGeometry) -> np.ndarray:
         if min(geometry.output_shape) == 0 or min(geometry.input_shape) == 0:   # empty batch: nothing to send
             y = np.zeros(geometry.output_shape, dtype=self.dtype)
@@ -127,28 +133,32 @@ class MetalLayer:
         return runner.run(x)
 
 
+_AUTO_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
 class MetalBackend:
-    """backend="mps" (path "mps", MPSGraph) or backend="mps-cnn" (path "mps-cnn", MPSCNN)."""
+    """backend="mps" (path "mps", MPSGraph) or backend="mps-cnn" (path "mps-cnn", MPSCNN); the
+    protocol is :mod:`fastdeconv._protocol`."""
 
     def __init__(self, path: str):
         self.name = self.path = path
 
     def status(self):
+        if _simulated:
+            return BackendStatus(True, "simulated by the numpy executors (fastdeconv.metal.backend.simulated)")
         return status(self.path)
 
-    def layer(self, weight, bias, dtype) -> MetalLayer:
-        """A per-layer object that keeps weights and compiled kernels on the GPU across calls."""
+    def prefers(self, call: Call) -> bool:
+        """backend="auto" takes "mps" for float32/float16 calls of at least mps_min_flops() FLOPs when a
+        Metal device is there (never "mps-cnn", whose float32 is fp16 inside)."""
+        return (self.path == "mps" and call.dtype in _AUTO_DTYPES and call.geometry.flops >= metal.mps_min_flops()
+                and metal.status("mps").available)
+
+    def layer(self, weight, bias, dtype, geometry: ConvGeometry = None, algorithm=None) -> MetalLayer:
+        """A per-layer object that keeps weights and compiled kernels on the GPU across calls (any
+        input geometry: ``geometry`` is not needed)."""
+        no_algorithms(self.name, algorithm)
         return MetalLayer(self.path, weight, bias, dtype)
-
-    def _run(self, call: Call) -> np.ndarray:
-        engine(self.path)                      # availability first: the clearest error off macOS
-        return self.layer(call.weight, call.bias, check_dtype(call.dtype)).run(call.x, call.geometry)
-
-    def conv_transpose2d(self, call: Call) -> np.ndarray:
-        return self._run(call)
-
-    def conv2d(self, call: Call) -> np.ndarray:
-        return self._run(call)
 
 
 MPS = MetalBackend("mps")

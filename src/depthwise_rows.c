@@ -1,15 +1,16 @@
-/* Depthwise transposed convolution, float and double, compiled once per ISA
- * (portable, AVX2, AVX-512 through function target attributes, never -march) and
- * dispatched at run time by the same ISA choice as the GEMM (fd_gemm_get_isa), so
- * FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See deconv_depthwise.template.c. */
+/* The depthwise microkernel (the rows of a depthwise transposed convolution), float and double,
+ * compiled once per ISA (portable, AVX2, AVX-512 through function target attributes, never -march)
+ * and dispatched at run time by the same ISA choice as the GEMM (fd_gemm_get_isa), so
+ * FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See depthwise_rows.template.c; the
+ * algorithm around it is deconv_depthwise.template.c. */
 #include "conv_geometry.h"
 #include "templating.h"
 #include "gemm.h"
-#include "kernels.h"
+#include "depthwise_rows.h"
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 
-#define FD_TEMPLATE "deconv_depthwise.template.c"
+#define FD_TEMPLATE "depthwise_rows.template.c"
 
 #define FD_TARGET
 #define FD_ISA portable
@@ -41,7 +42,7 @@
  * accumulated in registers over all its taps and stored once, 32 channels (two masked zmm)
  * at a time. The generic kernel's read-modify-write of a whole output row per tap was bound
  * by L1/L2 traffic (measured 3x slower on fcn8s_final). Same math as the template. */
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_sdeconv_depthwise_rows_avx512_c1(
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_sdepthwise_rows_avx512_c1(
     const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *FD_RESTRICT x,
     const float *FD_RESTRICT wr, const float *FD_RESTRICT bias, float *FD_RESTRICT y, ptrdiff_t row_begin,
     ptrdiff_t row_end)
@@ -101,14 +102,14 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_
 #endif
 
 #define FD_DEPTHWISE_DISPATCH(prefix, real)                                                                   \
-    int fd_##prefix##deconv_depthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y,                   \
+    int fd_##prefix##depthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y,                   \
                                            const ptrdiff_t *taps_x, const real *x, const real *wr,            \
                                            const real *bias, real *y, ptrdiff_t row_begin, ptrdiff_t row_end) \
     {                                                                                                          \
         switch (FD_HAVE_X86_CLONES ? fd_gemm_get_isa() : FD_ISA_PORTABLE) {                                    \
         DEPTHWISE_X86_CASES(prefix)                                                                            \
         default:                                                                                               \
-            return fd_##prefix##deconv_depthwise_rows_portable(geo, taps_y, taps_x, x, wr, bias, y,           \
+            return fd_##prefix##depthwise_rows_portable(geo, taps_y, taps_x, x, wr, bias, y,           \
                                                                row_begin, row_end);                            \
         }                                                                                                      \
     }
@@ -118,9 +119,9 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_
     case FD_ISA_AVX512:                                                                                       \
         if (DEPTHWISE_AVX512_C1_##prefix && geo->out_channels == geo->in_channels)                           \
             return DEPTHWISE_AVX512_C1_CALL_##prefix;                                                        \
-        return fd_##prefix##deconv_depthwise_rows_avx512(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end); \
+        return fd_##prefix##depthwise_rows_avx512(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end); \
     case FD_ISA_AVX2:                                                                                         \
-        return fd_##prefix##deconv_depthwise_rows_avx2(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end);
+        return fd_##prefix##depthwise_rows_avx2(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end);
 #else
 #define DEPTHWISE_X86_CASES(prefix)
 #endif
@@ -129,7 +130,7 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_
 #define DEPTHWISE_AVX512_C1_s 1
 #define DEPTHWISE_AVX512_C1_d 0
 #define DEPTHWISE_AVX512_C1_CALL_s \
-    fd_sdeconv_depthwise_rows_avx512_c1(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end)
+    fd_sdepthwise_rows_avx512_c1(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end)
 #define DEPTHWISE_AVX512_C1_CALL_d FD_ERR_ARGUMENT
 
 FD_DEPTHWISE_DISPATCH(s, float)

@@ -1,0 +1,33 @@
+/* The CPU algorithm table. Each algorithm is one template file (see algorithm.h for the
+ * protocol) instantiated here, and one entry of fd_algorithms[]: adding an algorithm is a
+ * new src/<name>.template.c plus its three-line block and its entry below. Python reads the
+ * table through fastdeconv._cpu (names, supports, pack, run); the order is the listing order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithm.h"
+#include "depthwise_rows.h"
+
+#define FD_TEMPLATE "deconv_col2im.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
+#define FD_TEMPLATE "deconv_phase.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
+#define FD_TEMPLATE "deconv_depthwise.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
+#define FD_TEMPLATE "conv_im2col.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
+const fd_algorithm *const fd_algorithms[] = {
+    &fd_algorithm_col2im,    /* GEMM into a column buffer, then scatter-add: any layer */
+    &fd_algorithm_phase,     /* one dense GEMM per stride phase, every output written once */
+    &fd_algorithm_depthwise, /* direct kernel over channels, one input channel per group */
+    &fd_algorithm_im2col,    /* convolution: indirect GEMM over an im2col indirection buffer */
+};
+const int fd_algorithm_count = (int)(sizeof(fd_algorithms) / sizeof(fd_algorithms[0]));

@@ -1,0 +1,14 @@
+/* The depthwise microkernel (depthwise_rows.c): rows [row_begin, row_end) of the N*Ho output rows
+ * of a transposed convolution with groups == C_in. wr is the weight reordered to (kH, kW, C_out);
+ * taps_y/taps_x are the stride-phase tap tables (fd_phase_taps). No workspace. Dispatched by the
+ * GEMM's ISA choice. */
+#ifndef FASTDECONV_DEPTHWISE_ROWS_H
+#define FASTDECONV_DEPTHWISE_ROWS_H
+#include "conv_geometry.h"
+
+int fd_sdepthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *x,
+                       const float *wr, const float *bias, float *y, ptrdiff_t row_begin, ptrdiff_t row_end);
+int fd_ddepthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const double *x,
+                       const double *wr, const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end);
+
+#endif
