@@ -11,6 +11,9 @@ a resolved :class:`fastdeconv._params.ConvGeometry`; the Python layer has
 already validated everything.
 """
 
+import os
+import warnings
+
 import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange, threadid
@@ -138,6 +141,26 @@ def set_gemm_isa(str name):
 
 def get_gemm_isa():
     return fd_gemm_isa_name(fd_gemm_get_isa()).decode()
+
+
+ISA_ENV = "FASTDECONV_ISA"
+
+
+def _gemm_isa_from_environment():
+    """$FASTDECONV_ISA (portable, avx2 or avx512) forces the GEMM path; parsed once, at import. A
+    bad or unsupported value warns and keeps the best path (a warning, not an import error, so that
+    a stale variable cannot make the package unimportable)."""
+    requested = os.environ.get(ISA_ENV, "").strip()
+    if not requested:
+        return
+    try:
+        set_gemm_isa(requested)
+    except ValueError as exc:
+        warnings.warn(f"{ISA_ENV}={requested!r} ignored: {exc}; using {get_gemm_isa()}", RuntimeWarning,
+                      stacklevel=2)
+
+
+_gemm_isa_from_environment()
 
 
 cdef fd_geometry _c_geometry(g) except *:

@@ -8,7 +8,7 @@
 
 /* ---------------------------------------------------------------- dispatch */
 
-/* -1 = not resolved yet. Resolution is idempotent (env + cpuid), so a race
+/* -1 = not resolved yet. Resolution is idempotent (cpuid), so a race
  * between threads is benign: they all compute and store the same value. */
 static int fd_gemm_isa_state = -1;
 
@@ -44,20 +44,10 @@ static int best_supported_isa(void) {
     return FD_ISA_PORTABLE;
 }
 
-static int resolve_isa(void) {
-    const char *requested = getenv("FASTDECONV_ISA");
-    if (requested != NULL) {
-        int isa;
-        for (isa = FD_ISA_PORTABLE; isa <= FD_ISA_AVX512; isa++)
-            if (strcmp(requested, fd_gemm_isa_name(isa)) == 0 && fd_gemm_isa_supported(isa)) return isa;
-    }
-    return best_supported_isa();
-}
-
 int fd_gemm_get_isa(void) {
     int isa = isa_load();
     if (isa < 0) {
-        isa = resolve_isa();
+        isa = best_supported_isa();
         isa_store(isa);
     }
     return isa;

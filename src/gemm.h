@@ -99,8 +99,8 @@ void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *co
                        const double *packed_b, const double *bias, double *const *c_rows, int accumulate);
 
 /* ISA paths. Initial choice: the best supported one, overridable with the
- * environment variable FASTDECONV_ISA=portable|avx2|avx512 (read once; an
- * unsupported request falls back to the best supported path). */
+ * Python package's $FASTDECONV_ISA=portable|avx2|avx512 (parsed once at import, see
+ * fastdeconv/_cpu.pyx) or fd_gemm_set_isa. */
 enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2 };
 int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it */
 int fd_gemm_get_isa(void);             /* the path in use */
