@@ -3,8 +3,8 @@
 Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``) is
 imported the first time a Metal backend runs or :func:`status` is asked on macOS.
 
-* :mod:`.plan` — what is sent to Metal (pure Python, any platform);
-* :mod:`.executors` — numpy execution of a plan under the documented semantics (any platform);
+* :mod:`.descriptors` — what is sent to Metal (pure Python, any platform);
+* :mod:`.executors` — numpy execution of a descriptor under the documented semantics (any platform);
 * :mod:`.pyobjc_layer` — the Metal calls (macOS);
 * :mod:`.backend` — the backend objects behind ``backend="mps"`` / ``"mps-cnn"``, and per-layer state.
 
