@@ -48,11 +48,13 @@ from .._params import ConvGeometry, forward_output_size
 # ------------------------------------------------------------------------------------------------
 
 MPS_DATA_TYPE = {np.dtype(np.float32): 0x10000020, np.dtype(np.float16): 0x10000010}
+DTYPE_OF_DATA_TYPE = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}       # MPSDataType → numpy
 GRAPH_LAYOUT_NHWC = 1
 GRAPH_LAYOUT_OIHW = 2
 GRAPH_PADDING_STYLE_EXPLICIT = 0
 GRAPH_PADDING_MODE_CONSTANT = 0
 IMAGE_FORMAT = {np.dtype(np.float32): 4, np.dtype(np.float16): 3}    # MPSImageFeatureChannelFormat
+DTYPE_OF_IMAGE_FORMAT = {code: dtype for dtype, code in IMAGE_FORMAT.items()}     # ... → numpy
 IMAGE_LAYOUT_HWC = 0                                                 # MPSDataLayoutHeightxWidthxFeatureChannels
 EDGE_MODES = {"zero": 0, "clamp": 1}                                 # MPSImageEdgeMode
 ACCUMULATOR_FLOAT = 1                                                # ...AccumulatorPrecisionOptionFloat
@@ -421,11 +423,3 @@ def cnn_bias(descriptor: CnnDescriptor, bias, out_channels: int) -> np.ndarray |
         return np.ascontiguousarray(bias, dtype=stage.dtype)
     return None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
 
-
-def make_plan(path: str, geometry: ConvGeometry, dtype, has_bias: bool):
-    """``path`` "mps" → :func:`graph_descriptor`; "mps-cnn" → :func:`cnn_descriptor`."""
-    if path == "mps":
-        return graph_descriptor(geometry, dtype, has_bias)
-    if path == "mps-cnn":
-        return cnn_descriptor(geometry, dtype, has_bias)
-    raise ValueError(f"path must be 'mps' or 'mps-cnn', got {path!r}")

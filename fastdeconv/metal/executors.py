@@ -27,17 +27,17 @@ import numpy as np
 
 from .._params import forward_output_size
 from .descriptors import (
+    DTYPE_OF_DATA_TYPE,
+    DTYPE_OF_IMAGE_FORMAT,
     EDGE_MODES,
-    MPS_DATA_TYPE,
+    GRAPH_LAYOUT_NHWC,
+    GRAPH_LAYOUT_OIHW,
     CnnDescriptor,
     CnnKernelDescriptor,
     DirectKernelDescriptor,
     GraphConvolutionDescriptor,
     GraphDescriptor,
 )
-
-_DTYPE_OF = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}
-_IMAGE_DTYPE = {4: np.dtype(np.float32), 3: np.dtype(np.float16)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def _taps(size_in, size_out, kernel, stride, dilation, pad_begin):
 
 def _check_weights(w: np.ndarray, desc: GraphConvolutionDescriptor, out_channels, in_channels):
     o, i_per_group = w.shape[:2]
-    if desc.weights_layout != 2 or desc.data_layout != 1:
+    if desc.weights_layout != GRAPH_LAYOUT_OIHW or desc.data_layout != GRAPH_LAYOUT_NHWC:
         raise ValueError(f"this executor models dataLayout NHWC (1) / weightsLayout OIHW (2), got {desc}")
     if o != out_channels or i_per_group * desc.groups != in_channels or o % desc.groups:
         raise ValueError(f"OIHW weights {w.shape} do not match {in_channels} → {out_channels} channels, "
@@ -123,8 +123,8 @@ def graph_convolution_transpose2d(src: np.ndarray, w: np.ndarray, output_shape,
 def run_graph(descriptor: GraphDescriptor, source: np.ndarray, weights: np.ndarray,
               bias: np.ndarray | None) -> np.ndarray:
     """Execute a :class:`GraphDescriptor` node by node, as the PyObjC layer builds the graph."""
-    io = _DTYPE_OF[descriptor.data_type]
-    compute = _DTYPE_OF[descriptor.compute_data_type]
+    io = DTYPE_OF_DATA_TYPE[descriptor.data_type]
+    compute = DTYPE_OF_DATA_TYPE[descriptor.compute_data_type]
     for name, array, shape in (("source", source, descriptor.source_shape),
                                ("weights", weights, descriptor.weights_shape),
                                ("bias", bias, descriptor.bias_shape)):
@@ -185,7 +185,7 @@ def _run_cnn_kernel(stage: CnnKernelDescriptor, x: np.ndarray, weights: np.ndarr
     """writeBytes into the source images' format, the kernel (fastdeconv.mpscnn_model), readBytes."""
     from .. import mpscnn_model  # noqa: PLC0415
 
-    image_dtype = _IMAGE_DTYPE[stage.source.channel_format]
+    image_dtype = DTYPE_OF_IMAGE_FORMAT[stage.source.channel_format]
     if x.shape != (stage.batch, stage.source.height, stage.source.width, stage.source.feature_channels):
         raise ValueError(f"source images {x.shape} do not match {stage.source} × {stage.batch}")
     if weights.shape != stage.weights_shape or weights.dtype != np.float32 or (bias is not None) != stage.has_bias:
@@ -197,7 +197,7 @@ def _run_cnn_kernel(stage: CnnKernelDescriptor, x: np.ndarray, weights: np.ndarr
     expected = (stage.batch, stage.destination.height, stage.destination.width, stage.destination.feature_channels)
     if y.shape != expected:
         raise ValueError(f"{stage.kernel_class} produced {y.shape}, the destination images are {expected}")
-    return y.astype(_IMAGE_DTYPE[stage.destination.channel_format])
+    return y.astype(DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format])
 
 
 class MslTranscription:

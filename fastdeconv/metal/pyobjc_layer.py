@@ -51,9 +51,15 @@ from importlib import resources
 
 import numpy as np
 
-from .descriptors import DirectKernelDescriptor, MPS_DATA_TYPE
+from .descriptors import (
+    CNN_WEIGHTS_OHWI,
+    DTYPE_OF_DATA_TYPE,
+    DTYPE_OF_IMAGE_FORMAT,
+    GRAPH_PADDING_MODE_CONSTANT,
+    MPS_DATA_TYPE,
+    DirectKernelDescriptor,
+)
 
-_DTYPE_OF = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}
 STORAGE_MODE_SHARED = 0                 # MTLResourceStorageModeShared
 MPS_DATA_TYPE_FLOAT32 = MPS_DATA_TYPE[np.dtype(np.float32)]
 MSL_SOURCE = "conv_transpose.metal"
@@ -207,7 +213,7 @@ class GraphRunner:
             rows, cols = descriptor.tail_padding
             if rows or cols:
                 y = graph.padTensor_withPaddingMode_leftPadding_rightPadding_constantValue_name_(
-                    y, 0, [0, 0, 0, 0], [0, rows, cols, 0], 0.0, "tail")   # MPSGraphPaddingModeConstant
+                    y, GRAPH_PADDING_MODE_CONSTANT, [0, 0, 0, 0], [0, rows, cols, 0], 0.0, "tail")
         if descriptor.bias_shape is not None:
             bias = placeholder("bias", descriptor.bias_shape)
             y = graph.additionWithPrimaryTensor_secondaryTensor_name_(y, bias, "add_bias")
@@ -223,7 +229,7 @@ class GraphRunner:
         feeds = {tensor: fed[name].tensor_data for name, tensor in self.placeholders.items()}
         results = self.graph.runWithMTLCommandQueue_feeds_targetTensors_targetOperations_(
             ctx.queue, feeds, [self.result], None)
-        out = np.empty(descriptor.result_shape, dtype=_DTYPE_OF[descriptor.data_type])
+        out = np.empty(descriptor.result_shape, dtype=DTYPE_OF_DATA_TYPE[descriptor.data_type])
         results[self.result].mpsndarray().readBytes_strideBytes_(out, None)
         return out
 
@@ -274,7 +280,7 @@ def data_source_class():
                 return self._label
 
             def weightsLayout(self):
-                return 0                              # MPSCNNConvolutionWeightsLayoutOHWI
+                return CNN_WEIGHTS_OHWI
 
             def copyWithZone_(self, zone):
                 return self
@@ -343,7 +349,7 @@ class CnnRunner:
         ctx, stage = context(), self.descriptor.stage
         if isinstance(stage, DirectKernelDescriptor):
             return self._run_direct(ctx, stage, x)
-        dtype = {4: np.float32, 3: np.float16}[stage.source.channel_format]
+        dtype = DTYPE_OF_IMAGE_FORMAT[stage.source.channel_format]
         sources = self._images(stage.source, stage.batch)
         for index, image in enumerate(sources):
             image.writeBytes_dataLayout_imageIndex_(np.ascontiguousarray(x[index], dtype=dtype),
@@ -352,7 +358,7 @@ class CnnRunner:
         command_buffer = ctx.queue.commandBuffer()
         self.kernel.encodeBatchToCommandBuffer_sourceImages_destinationImages_(command_buffer, sources, destinations)
         ctx.run(command_buffer)
-        out_dtype = {4: np.float32, 3: np.float16}[stage.destination.channel_format]
+        out_dtype = DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format]
         out = np.empty(self.descriptor.result_shape, dtype=out_dtype)
         for index, image in enumerate(destinations):
             image.readBytes_dataLayout_imageIndex_(out[index], stage.destination.data_layout, 0)
