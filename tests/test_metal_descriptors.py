@@ -25,6 +25,7 @@ from hypothesis.control import currently_in_test_context
 
 import fastdeconv
 from fastdeconv import _backends, metal
+from fastdeconv._params import kernel_extent
 from fastdeconv._validate import prepare
 from fastdeconv.metal import backend as metal_backend
 from fastdeconv.metal import descriptors, executors, pyobjc_layer
@@ -49,7 +50,7 @@ def cases(draw, op):
     dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
     hw = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
     kind = draw(st.sampled_from(["int", "pair", "pairs", "same", "valid"]))
-    extent = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    extent = [kernel_extent(k, d) for k, d in zip(kernel, dilation)]
     if kind == "int":
         padding = draw(st.integers(0, max(extent) - 1))
     elif kind == "pair":

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._params import ConvGeometry, forward_output_size
+from .._params import ConvGeometry, forward_output_size, kernel_extent
 
 # ------------------------------------------------------------------------------------------------
 # Apple constants
@@ -165,7 +165,7 @@ def graph_bias(bias, out_channels: int, dtype) -> np.ndarray | None:
 
 def _transpose_axis(size_in, size_out, kernel, stride, dilation, pad_begin, pad_end):
     """(conv_out, pad_end, tail) for one axis of the transposed convolution (see GraphDescriptor)."""
-    kd = dilation * (kernel - 1) + 1
+    kd = kernel_extent(kernel, dilation)
     if forward_output_size(size_out, kernel, stride, dilation, pad_begin, pad_end) == size_in:
         return size_out, pad_end, 0
     reach = (size_in - 1) * stride + kd - pad_begin          # output rows some tap can reach
