@@ -10,6 +10,8 @@ Nothing here needs a Mac.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import struct
 import subprocess
@@ -313,24 +315,82 @@ def test_auto_threshold(monkeypatch):
     small = _call(Case(op="t", dtype="float32"))
     f64 = _call(Case(op="t", n=2, hw=(16, 16), c_in=16, c_out=16, dtype="float64"))
     monkeypatch.setattr(metal, "status", lambda path="mps": metal.MetalStatus(True, "fake device"))
-    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, str(big.geometry.flops))
-    assert _backends.AutoBackend.choose(big) is metal_backend.MPS
-    assert _backends.AutoBackend.choose(small) is _backends.CpuBackend
-    assert _backends.AutoBackend.choose(f64) is _backends.CpuBackend                # Metal has no float64
     try:
+        metal.set_mps_min_flops(big.geometry.flops)
+        assert _backends.AutoBackend.choose(big) is metal_backend.MPS
+        assert _backends.AutoBackend.choose(small) is _backends.CpuBackend
+        assert _backends.AutoBackend.choose(f64) is _backends.CpuBackend            # Metal has no float64
         metal.set_mps_min_flops(big.geometry.flops + 1)
         assert _backends.AutoBackend.choose(big) is _backends.CpuBackend
         metal.set_mps_min_flops(0)
         assert _backends.AutoBackend.choose(small) is metal_backend.MPS
     finally:
         metal.set_mps_min_flops(None)
-    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, "lots")
-    with pytest.raises(ValueError, match=f"{metal.MPS_MIN_FLOPS_ENV}.*'lots'"):
-        metal.mps_min_flops()
-    monkeypatch.delenv(metal.MPS_MIN_FLOPS_ENV)
-    assert metal.mps_min_flops() == metal.DEFAULT_MPS_MIN_FLOPS
     with pytest.raises(ValueError, match="-1"):
         metal.set_mps_min_flops(-1)
+
+
+def test_auto_does_not_read_the_environment_per_call(monkeypatch):
+    """$FASTDECONV_MPS_MIN_FLOPS is parsed at import: changing it later, even to garbage, changes nothing."""
+    before = metal.mps_min_flops()
+    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, "abc")
+    assert metal.mps_min_flops() == before
+    case = Case(op="t", dtype="float32")
+    x, w, b = case.arrays()
+    assert_close(case.call(x, w, b, backend="auto"), case.call(x, w, b, backend="cpu"), case.result_dtype, case.k)
+
+
+# Imports fastdeconv in a fresh interpreter, records every warning, calls backend="auto" twice per op,
+# then exercises set_mps_min_flops; prints the threshold at each step and the $FASTDECONV_MPS_MIN_FLOPS
+# warnings as JSON.
+MIN_FLOPS_PROBE = """
+import json, os, warnings
+import numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import fastdeconv
+    from fastdeconv import metal
+    x, w = np.ones((1, 4, 4, 2), np.float32), np.ones((2, 3, 3, 2), np.float32)
+    for _ in range(2):
+        assert fastdeconv.conv_transpose2d(x, w, backend="auto").shape == (1, 6, 6, 2)
+        assert fastdeconv.conv2d(x, w, backend="auto").shape == (1, 2, 2, 2)
+    os.environ[metal.MPS_MIN_FLOPS_ENV] = "123"                  # too late: read at import only
+    imported = metal.mps_min_flops()
+    metal.set_mps_min_flops(7)
+    overridden = metal.mps_min_flops()
+    metal.set_mps_min_flops(None)
+    restored = metal.mps_min_flops()
+print(json.dumps(dict(
+    imported=imported, overridden=overridden, restored=restored, default=metal.DEFAULT_MPS_MIN_FLOPS,
+    warnings=[[w.category.__name__, str(w.message)] for w in caught if metal.MPS_MIN_FLOPS_ENV in str(w.message)])))
+"""
+
+
+def _min_flops_probe(value):
+    """MIN_FLOPS_PROBE's result with $FASTDECONV_MPS_MIN_FLOPS set to ``value`` (unset for None)."""
+    env = {k: v for k, v in os.environ.items() if k != metal.MPS_MIN_FLOPS_ENV}
+    if value is not None:
+        env[metal.MPS_MIN_FLOPS_ENV] = value
+    result = subprocess.run([sys.executable, "-c", MIN_FLOPS_PROBE], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf"])
+def test_bad_min_flops_env_warns_once_at_import(value):
+    probe = _min_flops_probe(value)
+    assert len(probe["warnings"]) == 1, probe["warnings"]
+    (category, message), = probe["warnings"]
+    assert category == "RuntimeWarning" and f"{metal.MPS_MIN_FLOPS_ENV}={value!r}" in message
+    assert probe["imported"] == probe["restored"] == probe["default"] and probe["overridden"] == 7
+
+
+@pytest.mark.parametrize("value, threshold", [("2.5e3", 2500), ("0", 0), ("", None), (None, None)])
+def test_min_flops_env_is_honoured_and_restored_by_the_setter(value, threshold):
+    probe = _min_flops_probe(value)
+    assert probe["warnings"] == []
+    expected = probe["default"] if threshold is None else threshold
+    assert probe["imported"] == probe["restored"] == expected and probe["overridden"] == 7
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on a Mac auto may legitimately pick MPS")
