@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 import fastdeconv
 from fastdeconv import _backends, metal
 from fastdeconv.metal import backend as metal_backend
-from fastdeconv.metal import plan as metal_plan
+from fastdeconv.metal import descriptors
 from helpers import Case
-from test_metal_plan import cases
+from test_metal_descriptors import cases
 
 REQUIRE = os.environ.get("FASTDECONV_REQUIRE_METAL") == "1"
 
@@ -42,7 +42,7 @@ PATHS = ["mps", "mps-cnn"]
 def rtol(path, dtype, stage=None):
     if np.dtype(dtype) == np.float16:
         return 1e-2
-    return 5e-3 if path == "mps-cnn" and isinstance(stage, metal_plan.CnnKernelPlan) else 1e-4
+    return 5e-3 if path == "mps-cnn" and isinstance(stage, descriptors.CnnKernelDescriptor) else 1e-4
 
 
 def assert_metal_close(got, ref, tol, **described):
@@ -61,7 +61,7 @@ def stage_of(path, case):
     if path != "mps-cnn":
         return None
     x, w, b = case.arrays()
-    return metal_plan.cnn_plan(case.geometry(x, w), case.result_dtype, b is not None).stage
+    return descriptors.cnn_descriptor(case.geometry(x, w), case.result_dtype, b is not None).stage
 
 
 def check(path, case):
@@ -143,9 +143,9 @@ def test_direct_kernel_on_the_device():
                      Case(op="c", dtype=np.dtype(dtype).name, stride=2, padding=(1, 0), groups=1)):
             x, w, b = case.arrays()
             g = case.geometry(x, w)
-            plan = metal_plan.cnn_plan(g, dtype, True, force_direct=True)
-            runner = pyobjc_layer.CnnRunner(plan, metal_plan.cnn_weights(plan, w, g.groups),
-                                            metal_plan.cnn_bias(plan, b, g.out_channels))
+            descriptor = descriptors.cnn_descriptor(g, dtype, True, force_direct=True)
+            runner = pyobjc_layer.CnnRunner(descriptor, descriptors.cnn_weights(descriptor, w, g.groups),
+                                            descriptors.cnn_bias(descriptor, b, g.out_channels))
             got = runner.run(np.ascontiguousarray(x, dtype))
             assert_metal_close(got, case.call(x, w, b, backend="cpu"), rtol("mps-cnn", dtype), **case.describe())
 

@@ -3,22 +3,25 @@
 Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``) is
 imported the first time a Metal backend runs or :func:`status` is asked on macOS.
 
-* :mod:`.plan` — what is sent to Metal (pure Python, any platform);
-* :mod:`.executors` — numpy execution of a plan under the documented semantics (any platform);
+* :mod:`.descriptors` — what is sent to Metal (pure Python, any platform);
+* :mod:`.executors` — numpy execution of a descriptor under the documented semantics (any platform);
 * :mod:`.pyobjc_layer` — the Metal calls (macOS);
 * :mod:`.backend` — the backend objects behind ``backend="mps"`` / ``"mps-cnn"``, and per-layer state.
 
 backend="auto" uses "mps" when :func:`status` says it is available, the dtype is float32/float16 and
 the call's FLOPs reach :func:`mps_min_flops` (default :data:`DEFAULT_MPS_MIN_FLOPS`; **unmeasured**, see
-the README), overridable with ``$FASTDECONV_MPS_MIN_FLOPS`` or :func:`set_mps_min_flops`.
+the README), overridable with ``$FASTDECONV_MPS_MIN_FLOPS`` (read once, when this package is imported)
+or :func:`set_mps_min_flops`.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import sys
+import warnings
 from dataclasses import dataclass
 
 __all__ = ["MetalStatus", "status", "mps_min_flops", "set_mps_min_flops", "DEFAULT_MPS_MIN_FLOPS",
@@ -30,7 +33,6 @@ ALLOW_PARAVIRTUAL_ENV = "FASTDECONV_ALLOW_PARAVIRTUAL"
 #: per GPU dispatch (command buffer + copies) and ~50–100 GFLOP/s on the CPU backend, the GPU cannot
 #: win below ~10⁷–10⁸ FLOPs; 10⁹ leaves margin until a Mac measurement replaces it.
 DEFAULT_MPS_MIN_FLOPS = 1_000_000_000
-_min_flops_override: int | None = None
 
 _PATH_FRAMEWORKS = {
     "mps": ("Metal", "MetalPerformanceShadersGraph", "MetalPerformanceShaders"),
@@ -93,6 +95,8 @@ def status(path: str = "mps") -> MetalStatus:
     if not supported:
         return MetalStatus(False, f"Metal Performance Shaders does not support the device {device.name()}")
     name = str(device.name())
+    # Read on the call path, but status() is lru-cached: probed once per process and path, so the
+    # environment is read once too (a later change of the variable is not seen).
     if "paravirtual" in name.lower() and os.environ.get(ALLOW_PARAVIRTUAL_ENV) != "1":
         return MetalStatus(False, (
             f"the Metal device is {name!r}, a virtual machine's GPU (e.g. GitHub's hosted macOS runners, whose "
@@ -101,29 +105,46 @@ def status(path: str = "mps") -> MetalStatus:
     return MetalStatus(True, f"Metal device {name}")
 
 
-def mps_min_flops() -> int:
-    """backend="auto"'s threshold: :func:`set_mps_min_flops`'s value, else ``$FASTDECONV_MPS_MIN_FLOPS``,
-    else :data:`DEFAULT_MPS_MIN_FLOPS` (unmeasured)."""
-    if _min_flops_override is not None:
-        return _min_flops_override
-    raw = os.environ.get(MPS_MIN_FLOPS_ENV)
+def _is_flops(value: float) -> bool:
+    """A finite number >= 0 (NaN is not)."""
+    return 0 <= value < math.inf
+
+
+def _min_flops_from_env(raw: str | None) -> int:
+    """``$FASTDECONV_MPS_MIN_FLOPS`` as a threshold; unset or empty gives the default, and so does a bad
+    value, with a RuntimeWarning that names the variable and the value."""
     if raw is None or raw.strip() == "":
         return DEFAULT_MPS_MIN_FLOPS
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not value >= 0 or value != value or value == float("inf"):
-        raise ValueError(f"{MPS_MIN_FLOPS_ENV} must be a number of FLOPs >= 0 (e.g. 1e9), got {raw!r}")
+        value = math.nan
+    if not _is_flops(value):
+        warnings.warn(f"{MPS_MIN_FLOPS_ENV}={raw!r} is not a number of FLOPs >= 0 (e.g. 1e9); backend='auto' uses "
+                      f"the default, {DEFAULT_MPS_MIN_FLOPS:.0e}", RuntimeWarning, stacklevel=2)
+        return DEFAULT_MPS_MIN_FLOPS
     return int(value)
 
 
+# Parsed once, here: backend="auto" asks mps_min_flops() on every call, which must not read (or fail
+# on) the environment.
+_ENV_MIN_FLOPS = _min_flops_from_env(os.environ.get(MPS_MIN_FLOPS_ENV))
+_min_flops = _ENV_MIN_FLOPS
+
+
+def mps_min_flops() -> int:
+    """backend="auto"'s threshold: :func:`set_mps_min_flops`'s value, else ``$FASTDECONV_MPS_MIN_FLOPS``
+    as it was when fastdeconv was imported, else :data:`DEFAULT_MPS_MIN_FLOPS` (unmeasured)."""
+    return _min_flops
+
+
 def set_mps_min_flops(value: int | float | None) -> None:
-    """Set backend="auto"'s MPS threshold (FLOPs, >= 0); None returns to the environment/default."""
-    global _min_flops_override
+    """Set backend="auto"'s MPS threshold (FLOPs, >= 0); None returns to the value read from
+    ``$FASTDECONV_MPS_MIN_FLOPS`` at import (or the default)."""
+    global _min_flops
     if value is None:
-        _min_flops_override = None
+        _min_flops = _ENV_MIN_FLOPS
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _is_flops(value):
         raise ValueError(f"value must be a number of FLOPs >= 0 or None, got {value!r}")
-    _min_flops_override = int(value)
+    _min_flops = int(value)

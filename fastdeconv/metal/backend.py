@@ -1,14 +1,15 @@
 """The backend objects behind backend="mps" / "mps-cnn", and the per-layer Metal state.
 
-A backend receives a :class:`fastdeconv._validate.Call`, builds the plan (:mod:`.plan`) for its
-geometry and dtype, and runs it on an *engine*: :mod:`.pyobjc_layer` on a Mac, or — inside
+A backend receives a :class:`fastdeconv._validate.Call`, builds the descriptor (:mod:`.descriptors`)
+for its geometry and dtype, and runs it on an *engine*: :mod:`.pyobjc_layer` on a Mac, or — inside
 :func:`simulated`, for tests — :mod:`.executors`. Both engines offer ``resident(array)``,
-``GraphRunner(plan).run(source, weights, bias)`` and ``CnnRunner(plan, weights, bias).run(x)``.
+``GraphRunner(descriptor).run(source, weights, bias)`` and
+``CnnRunner(descriptor, weights, bias).run(x)``.
 
 :class:`MetalLayer` is the cached per-layer object (for ``ConvTranspose2d(..., backend="mps")``):
 weights converted and uploaded once, one compiled graph / MPSCNN kernel per input geometry.
 The functional API builds a throw-away layer per call, but compiled MPSGraphs are cached across
-calls keyed by the plan (shapes, parameters, dtype), see :func:`graph_runner`.
+calls keyed by the descriptor (shapes, parameters, dtype), see :func:`graph_runner`.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ from .._params import ConvGeometry
 from .._protocol import BackendStatus, no_algorithms
 from .._validate import Call
 from . import status
-from .plan import (
-    CnnPlan,
-    GraphPlan,
+from .descriptors import (
+    CnnDescriptor,
+    GraphDescriptor,
     check_dtype,
     cnn_bias,
-    cnn_plan,
+    cnn_descriptor,
     cnn_weights,
     graph_bias,
-    graph_plan,
+    graph_descriptor,
     graph_weights,
 )
 
@@ -44,8 +45,9 @@ _graph_cache_lock = threading.Lock()
 
 @contextlib.contextmanager
 def simulated():
-    """Inside the block, backend="mps"/"mps-cnn" run every plan through the numpy executors instead of
-    Metal (and regardless of :func:`fastdeconv.metal.status`). For tests; nothing touches Metal."""
+    """Inside the block, backend="mps"/"mps-cnn" run every descriptor through the numpy executors
+    instead of Metal (and regardless of :func:`fastdeconv.metal.status`). For tests; nothing touches
+    Metal."""
     global _simulated
     _simulated += 1
     try:
@@ -69,15 +71,15 @@ def engine(path: str):
     return pyobjc_layer
 
 
-def graph_runner(eng, plan: GraphPlan):
-    """A compiled MPSGraph for ``plan``, shared by every call with the same plan (LRU of 64)."""
-    key = (eng.__name__, plan)
+def graph_runner(eng, descriptor: GraphDescriptor):
+    """A compiled MPSGraph for ``descriptor``, shared by every call with the same descriptor (LRU of 64)."""
+    key = (eng.__name__, descriptor)
     with _graph_cache_lock:   # calls from several threads share the cache
         runner = _graph_cache.get(key)
         if runner is not None:
             _graph_cache.move_to_end(key)
             return runner
-    runner = eng.GraphRunner(plan)   # compiled outside the lock; a race compiles twice, harmlessly
+    runner = eng.GraphRunner(descriptor)   # compiled outside the lock; a race compiles twice, harmlessly
     with _graph_cache_lock:
         _graph_cache[key] = runner
         if len(_graph_cache) > GRAPH_CACHE_SIZE:
@@ -102,12 +104,12 @@ class MetalLayer:
         self.bias = None if bias is None else np.asarray(bias)
         self._engine = engine(path)
         self._graph_inputs = None          # (resident weights, resident bias), uploaded on first use
-        self._cnn_runners = {}             # plan -> CnnRunner (weights baked into the MPSCNN kernel)
+        self._cnn_runners = {}             # descriptor -> CnnRunner (weights baked into the MPSCNN kernel)
 
-    def plan(self, geometry: ConvGeometry) -> GraphPlan | CnnPlan:
+    def descriptor(self, geometry: ConvGeometry) -> GraphDescriptor | CnnDescriptor:
         if self.path == "mps":
-            return graph_plan(geometry, self.dtype, self.bias is not None)
-        return cnn_plan(geometry, self.dtype, self.bias is not None)
+            return graph_descriptor(geometry, self.dtype, self.bias is not None)
+        return cnn_descriptor(geometry, self.dtype, self.bias is not None)
 
     def bind(self, geometry: ConvGeometry):
         """run(x, buffer) for inputs of this geometry (the protocol's; the result is a new array)."""
@@ -117,19 +119,19 @@ class MetalLayer:
         if min(geometry.output_shape) == 0 or min(geometry.input_shape) == 0:   # empty batch: nothing to send
             y = np.zeros(geometry.output_shape, dtype=self.dtype)
             return y if self.bias is None else y + self.bias.astype(self.dtype)
-        plan = self.plan(geometry)
+        descriptor = self.descriptor(geometry)
         x = np.ascontiguousarray(x, dtype=self.dtype)
         eng = self._engine
-        if isinstance(plan, GraphPlan):
+        if isinstance(descriptor, GraphDescriptor):
             if self._graph_inputs is None:
                 self._graph_inputs = (eng.resident(graph_weights(self.weight, self.dtype)),
                                       eng.resident(graph_bias(self.bias, geometry.out_channels, self.dtype)))
-            return graph_runner(eng, plan).run(x, *self._graph_inputs)
-        runner = self._cnn_runners.get(plan)
+            return graph_runner(eng, descriptor).run(x, *self._graph_inputs)
+        runner = self._cnn_runners.get(descriptor)
         if runner is None:
-            runner = eng.CnnRunner(plan, cnn_weights(plan, self.weight, geometry.groups),
-                                   cnn_bias(plan, self.bias, geometry.out_channels))
-            self._cnn_runners[plan] = runner
+            runner = eng.CnnRunner(descriptor, cnn_weights(descriptor, self.weight, geometry.groups),
+                                   cnn_bias(descriptor, self.bias, geometry.out_channels))
+            self._cnn_runners[descriptor] = runner
         return runner.run(x)
 
 

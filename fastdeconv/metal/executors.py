@@ -1,8 +1,8 @@
-"""numpy executors: run a Metal plan under the documented semantics of what it calls.
+"""numpy executors: run a Metal descriptor under the documented semantics of what it calls.
 
 These never call fastdeconv's own convolutions; each is written from the definition of the Metal
-operation the plan drives, so comparing their result with backend="cpu" checks the *plan* (layouts,
-descriptor fields, outputShape, offsets, kernel arguments):
+operation the descriptor drives, so comparing their result with backend="cpu" checks the
+*descriptor* (layouts, Apple descriptor fields, outputShape, offsets, kernel arguments):
 
 * MPSGraph ``convolution2D``: cross-correlation, explicit paddings, NHWC data, OIHW weights,
   output ``⌊(in + pad_begin + pad_end − kd)/s⌋ + 1`` per axis (:func:`graph_convolution2d`).
@@ -12,7 +12,7 @@ descriptor fields, outputShape, offsets, kernel arguments):
   (a scatter-add through the very same index arrays, :func:`graph_convolution_transpose2d`).
 * MPSCNNConvolutionTranspose / MPSCNNConvolution: :func:`fastdeconv.mpscnn_model.convolution_transpose`
   / :func:`fastdeconv.mpscnn_model.convolution` (models of Apple's documented zero insertion and
-  un-rotated, centred correlation), fed with parameters rebuilt from the plan's fields only.
+  un-rotated, centred correlation), fed with parameters rebuilt from the descriptor's fields only.
 * The direct kernel of ``conv_transpose.metal``: :class:`MslTranscription`, the MSL index arithmetic
   line by line, vectorised over the thread index ``gid``.
 
@@ -26,18 +26,18 @@ from __future__ import annotations
 import numpy as np
 
 from .._params import forward_output_size
-from .plan import (
+from .descriptors import (
+    DTYPE_OF_DATA_TYPE,
+    DTYPE_OF_IMAGE_FORMAT,
     EDGE_MODES,
-    MPS_DATA_TYPE,
-    CnnKernelPlan,
-    CnnPlan,
-    DirectKernelPlan,
+    GRAPH_LAYOUT_NHWC,
+    GRAPH_LAYOUT_OIHW,
+    CnnDescriptor,
+    CnnKernelDescriptor,
+    DirectKernelDescriptor,
+    GraphConvolutionDescriptor,
     GraphDescriptor,
-    GraphPlan,
 )
-
-_DTYPE_OF = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}
-_IMAGE_DTYPE = {4: np.dtype(np.float32), 3: np.dtype(np.float16)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -52,16 +52,16 @@ def _taps(size_in, size_out, kernel, stride, dilation, pad_begin):
     return index, (index >= 0) & (index < size_in)
 
 
-def _check_weights(w: np.ndarray, desc: GraphDescriptor, out_channels, in_channels):
+def _check_weights(w: np.ndarray, desc: GraphConvolutionDescriptor, out_channels, in_channels):
     o, i_per_group = w.shape[:2]
-    if desc.weights_layout != 2 or desc.data_layout != 1:
+    if desc.weights_layout != GRAPH_LAYOUT_OIHW or desc.data_layout != GRAPH_LAYOUT_NHWC:
         raise ValueError(f"this executor models dataLayout NHWC (1) / weightsLayout OIHW (2), got {desc}")
     if o != out_channels or i_per_group * desc.groups != in_channels or o % desc.groups:
         raise ValueError(f"OIHW weights {w.shape} do not match {in_channels} → {out_channels} channels, "
                          f"groups={desc.groups}")
 
 
-def _gather(x, desc: GraphDescriptor, kernel_hw, out_hw):
+def _gather(x, desc: GraphConvolutionDescriptor, kernel_hw, out_hw):
     """cols[n, oy, ox, ky, kx, c] = x[n, iy(oy, ky), ix(ox, kx), c], 0 where the index is in the padding."""
     (kh, kw), (ho, wo) = kernel_hw, out_hw
     rows, row_ok = _taps(x.shape[1], ho, kh, desc.stride_in_y, desc.dilation_rate_in_y, desc.padding_top)
@@ -72,7 +72,7 @@ def _gather(x, desc: GraphDescriptor, kernel_hw, out_hw):
     return r, c, ok
 
 
-def graph_convolution2d(x: np.ndarray, w: np.ndarray, desc: GraphDescriptor) -> np.ndarray:
+def graph_convolution2d(x: np.ndarray, w: np.ndarray, desc: GraphConvolutionDescriptor) -> np.ndarray:
     """MPSGraph convolution2D (NHWC, OIHW, explicit paddings): ``y[n, oy, ox, g·Og + o] =
     Σ x[n, oy·sy − top + ky·dy, ox·sx − left + kx·dx, g·Ig + i] · w[g·Og + o, i, ky, kx]``."""
     n, h, wd, cin = x.shape
@@ -88,7 +88,8 @@ def graph_convolution2d(x: np.ndarray, w: np.ndarray, desc: GraphDescriptor) -> 
     return np.einsum("nyxhwgi,goihw->nyxgo", cols, wg).reshape(n, ho, wo, cout)
 
 
-def graph_convolution_transpose2d(src: np.ndarray, w: np.ndarray, output_shape, desc: GraphDescriptor) -> np.ndarray:
+def graph_convolution_transpose2d(src: np.ndarray, w: np.ndarray, output_shape,
+                                  desc: GraphConvolutionDescriptor) -> np.ndarray:
     """MPSGraph convolutionTranspose2D = the data gradient of :func:`graph_convolution2d`.
 
     The forward convolution takes an ``output_shape`` (N, H_out, W_out, C) input to the source's
@@ -119,33 +120,35 @@ def graph_convolution_transpose2d(src: np.ndarray, w: np.ndarray, output_shape, 
     return y
 
 
-def run_graph(plan: GraphPlan, source: np.ndarray, weights: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """Execute a :class:`GraphPlan` node by node, as the PyObjC layer builds the graph."""
-    io = _DTYPE_OF[plan.data_type]
-    compute = _DTYPE_OF[plan.compute_data_type]
-    for name, array, shape in (("source", source, plan.source_shape), ("weights", weights, plan.weights_shape),
-                               ("bias", bias, plan.bias_shape)):
+def run_graph(descriptor: GraphDescriptor, source: np.ndarray, weights: np.ndarray,
+              bias: np.ndarray | None) -> np.ndarray:
+    """Execute a :class:`GraphDescriptor` node by node, as the PyObjC layer builds the graph."""
+    io = DTYPE_OF_DATA_TYPE[descriptor.data_type]
+    compute = DTYPE_OF_DATA_TYPE[descriptor.compute_data_type]
+    for name, array, shape in (("source", source, descriptor.source_shape),
+                               ("weights", weights, descriptor.weights_shape),
+                               ("bias", bias, descriptor.bias_shape)):
         if (array is None) != (shape is None) or (array is not None and (array.shape != shape or array.dtype != io)):
             raise ValueError(f"{name} placeholder expects {shape} {io}, got "
                              f"{None if array is None else (array.shape, array.dtype)}")
-    if plan.op is None:
-        y = np.zeros(plan.result_shape, dtype=compute)
+    if descriptor.op is None:
+        y = np.zeros(descriptor.result_shape, dtype=compute)
     else:
         x, w = source.astype(compute), weights.astype(compute)              # castTensor:toType:name:
-        if plan.op == "convolution2D":
-            y = graph_convolution2d(x, w, plan.descriptor)
-        elif plan.op == "convolutionTranspose2D":
-            y = graph_convolution_transpose2d(x, w, plan.output_shape, plan.descriptor)
+        if descriptor.op == "convolution2D":
+            y = graph_convolution2d(x, w, descriptor.convolution)
+        elif descriptor.op == "convolutionTranspose2D":
+            y = graph_convolution_transpose2d(x, w, descriptor.output_shape, descriptor.convolution)
         else:
-            raise ValueError(f"unknown MPSGraph op {plan.op!r}")
+            raise ValueError(f"unknown MPSGraph op {descriptor.op!r}")
         y = y.astype(compute)
-        th, tw = plan.tail_padding
+        th, tw = descriptor.tail_padding
         if th or tw:                                                         # padTensor, constant 0
             y = np.pad(y, ((0, 0), (0, th), (0, tw), (0, 0)))
     if bias is not None:
         y = y + bias.astype(compute)                                         # additionWithPrimaryTensor
-    if y.shape != plan.result_shape:
-        raise ValueError(f"the graph produces {y.shape}, the plan expects {plan.result_shape}")
+    if y.shape != descriptor.result_shape:
+        raise ValueError(f"the graph produces {y.shape}, the descriptor expects {descriptor.result_shape}")
     return y.astype(io)                                                      # castTensor back
 
 
@@ -154,12 +157,12 @@ def run_graph(plan: GraphPlan, source: np.ndarray, weights: np.ndarray, bias: np
 # ------------------------------------------------------------------------------------------------
 
 
-def model_params(stage: CnnKernelPlan):
-    """The stage's settings as fastdeconv.weights' parameter dataclass, built from the plan's fields only
-    (exactly what the PyObjC layer sends), for :mod:`fastdeconv.mpscnn_model`."""
+def model_params(stage: CnnKernelDescriptor):
+    """The stage's settings as fastdeconv.weights' parameter dataclass, built from the descriptor's
+    fields only (exactly what the PyObjC layer sends), for :mod:`fastdeconv.mpscnn_model`."""
     from .. import weights as weights_module  # noqa: PLC0415
 
-    d = stage.descriptor
+    d = stage.convolution
     edge_mode = {code: name for name, code in EDGE_MODES.items()}[stage.edge_mode]
     common = dict(
         offset_x=stage.offset_x, offset_y=stage.offset_y, destination_height=stage.destination.height,
@@ -178,30 +181,30 @@ def model_params(stage: CnnKernelPlan):
     raise ValueError(f"unknown MPSCNN kernel class {stage.kernel_class!r}")
 
 
-def _run_cnn_kernel(stage: CnnKernelPlan, x: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
+def _run_cnn_kernel(stage: CnnKernelDescriptor, x: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
     """writeBytes into the source images' format, the kernel (fastdeconv.mpscnn_model), readBytes."""
     from .. import mpscnn_model  # noqa: PLC0415
 
-    image_dtype = _IMAGE_DTYPE[stage.source.channel_format]
+    image_dtype = DTYPE_OF_IMAGE_FORMAT[stage.source.channel_format]
     if x.shape != (stage.batch, stage.source.height, stage.source.width, stage.source.feature_channels):
         raise ValueError(f"source images {x.shape} do not match {stage.source} × {stage.batch}")
     if weights.shape != stage.weights_shape or weights.dtype != np.float32 or (bias is not None) != stage.has_bias:
         raise ValueError(f"the data source's weights {weights.shape} {weights.dtype} / bias {bias is not None} do "
-                         f"not match the plan {stage.weights_shape} float32 / {stage.has_bias}")
+                         f"not match the descriptor {stage.weights_shape} float32 / {stage.has_bias}")
     model = (mpscnn_model.convolution_transpose if stage.kernel_class == "MPSCNNConvolutionTranspose"
              else mpscnn_model.convolution)
     y = np.asarray(model(x.astype(image_dtype), weights, model_params(stage), bias))
     expected = (stage.batch, stage.destination.height, stage.destination.width, stage.destination.feature_channels)
     if y.shape != expected:
         raise ValueError(f"{stage.kernel_class} produced {y.shape}, the destination images are {expected}")
-    return y.astype(_IMAGE_DTYPE[stage.destination.channel_format])
+    return y.astype(DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format])
 
 
 class MslTranscription:
     """conv_transpose.metal, line for line, vectorised over the thread index ``gid``.
 
     C ``int`` semantics: ``/`` and ``%`` truncate toward zero (:func:`c_div`, :func:`c_rem`); every
-    value fits in int32 (the plan guarantees it). ``float(v)`` loads widen to float32, ``fma`` is
+    value fits in int32 (the descriptor guarantees it). ``float(v)`` loads widen to float32, ``fma`` is
     evaluated in float64 and rounded to float32 (one rounding, as fma), ``T(acc)`` rounds to the
     storage type. ``p`` is the ConvParams struct as a dict.
     """
@@ -281,7 +284,7 @@ class MslTranscription:
         y[gid] = acc.astype(y.dtype)
 
 
-def run_direct(stage: DirectKernelPlan, x: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def run_direct(stage: DirectKernelDescriptor, x: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """Dispatch the transcribed kernel over ⌈threads / tg⌉·tg thread ids, on flat buffers."""
     dtype = np.dtype(stage.dtype)
     for name, array, shape in (("x", x, stage.x_shape), ("weight", weights, stage.weight_shape),
@@ -299,15 +302,15 @@ def run_direct(stage: DirectKernelPlan, x: np.ndarray, weights: np.ndarray, bias
     return y.reshape(stage.y_shape)
 
 
-def run_cnn(plan: CnnPlan, x: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
-    """Execute a :class:`CnnPlan` (its single stage)."""
-    stage = plan.stage
-    if isinstance(stage, DirectKernelPlan):
+def run_cnn(descriptor: CnnDescriptor, x: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
+    """Execute a :class:`CnnDescriptor` (its single stage)."""
+    stage = descriptor.stage
+    if isinstance(stage, DirectKernelDescriptor):
         y = run_direct(stage, x, weights, bias)
     else:
         y = _run_cnn_kernel(stage, x, weights, bias)
-    if y.shape != plan.result_shape:
-        raise ValueError(f"the plan produces {y.shape}, expected {plan.result_shape}")
+    if y.shape != descriptor.result_shape:
+        raise ValueError(f"the descriptor produces {y.shape}, expected {descriptor.result_shape}")
     return y
 
 
@@ -324,18 +327,18 @@ def resident(array: np.ndarray | None):
 class GraphRunner:
     """Same interface as pyobjc_layer.GraphRunner: ``run(source, weights, bias) -> ndarray``."""
 
-    def __init__(self, plan: GraphPlan):
-        self.plan = plan
+    def __init__(self, descriptor: GraphDescriptor):
+        self.descriptor = descriptor
 
     def run(self, source, weights, bias):
-        return run_graph(self.plan, source, weights, bias)
+        return run_graph(self.descriptor, source, weights, bias)
 
 
 class CnnRunner:
     """Same interface as pyobjc_layer.CnnRunner: weights bound at construction, ``run(x) -> ndarray``."""
 
-    def __init__(self, plan: CnnPlan, weights: np.ndarray, bias):
-        self.plan, self.weights, self.bias = plan, weights, bias
+    def __init__(self, descriptor: CnnDescriptor, weights: np.ndarray, bias):
+        self.descriptor, self.weights, self.bias = descriptor, weights, bias
 
     def run(self, x):
-        return run_cnn(self.plan, x, self.weights, self.bias)
+        return run_cnn(self.descriptor, x, self.weights, self.bias)

@@ -1,8 +1,8 @@
-"""The thin PyObjC layer: turns a plan (fastdeconv.metal.plan) into Metal calls. macOS only.
+"""The thin PyObjC layer: turns a descriptor (fastdeconv.metal.descriptors) into Metal calls. macOS only.
 
-Nothing here decides anything: every number comes from the plan. Apple's frameworks are imported
-on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a recording
-fake with :func:`use_frameworks` to check that every plan field reaches a Metal call.
+Nothing here decides anything: every number comes from the descriptor. Apple's frameworks are
+imported on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a
+recording fake with :func:`use_frameworks` to check that every descriptor field reaches a Metal call.
 
 Selectors used (Apple headers; PyObjC spells ``a:b:c:`` as ``a_b_c_``):
 
@@ -51,9 +51,15 @@ from importlib import resources
 
 import numpy as np
 
-from .plan import DirectKernelPlan, MPS_DATA_TYPE
+from .descriptors import (
+    CNN_WEIGHTS_OHWI,
+    DTYPE_OF_DATA_TYPE,
+    DTYPE_OF_IMAGE_FORMAT,
+    GRAPH_PADDING_MODE_CONSTANT,
+    MPS_DATA_TYPE,
+    DirectKernelDescriptor,
+)
 
-_DTYPE_OF = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}
 STORAGE_MODE_SHARED = 0                 # MTLResourceStorageModeShared
 MPS_DATA_TYPE_FLOAT32 = MPS_DATA_TYPE[np.dtype(np.float32)]
 MSL_SOURCE = "conv_transpose.metal"
@@ -169,60 +175,61 @@ def resident(array):
 
 
 class GraphRunner:
-    """The MPSGraph of a GraphPlan, built once; ``run`` feeds it (MPSGraph compiles per feed shapes)."""
+    """The MPSGraph of a GraphDescriptor, built once; ``run`` feeds it (MPSGraph compiles per feed shapes)."""
 
-    def __init__(self, plan):
+    def __init__(self, descriptor):
         ctx = context()
         G = ctx.fw.MPSGraph
-        self.plan = plan
+        self.descriptor = descriptor
         self.graph = graph = G.MPSGraph.alloc().init()
         self.placeholders = {}
 
         def placeholder(name, shape):
-            tensor = graph.placeholderWithShape_dataType_name_(list(shape), plan.data_type, name)
+            tensor = graph.placeholderWithShape_dataType_name_(list(shape), descriptor.data_type, name)
             self.placeholders[name] = tensor
-            if plan.compute_data_type != plan.data_type:
-                tensor = graph.castTensor_toType_name_(tensor, plan.compute_data_type, f"{name}_compute")
+            if descriptor.compute_data_type != descriptor.data_type:
+                tensor = graph.castTensor_toType_name_(tensor, descriptor.compute_data_type, f"{name}_compute")
             return tensor
 
-        if plan.op is None:
-            y = graph.constantWithScalar_shape_dataType_(0.0, list(plan.result_shape), plan.compute_data_type)
+        if descriptor.op is None:
+            y = graph.constantWithScalar_shape_dataType_(0.0, list(descriptor.result_shape),
+                                                         descriptor.compute_data_type)
         else:
-            source = placeholder("source", plan.source_shape)
-            weights = placeholder("weights", plan.weights_shape)
-            d = plan.descriptor
-            descriptor = G.MPSGraphConvolution2DOpDescriptor.descriptorWithStrideInX_strideInY_dilationRateInX_dilationRateInY_groups_paddingLeft_paddingRight_paddingTop_paddingBottom_paddingStyle_dataLayout_weightsLayout_(  # noqa: E501
+            source = placeholder("source", descriptor.source_shape)
+            weights = placeholder("weights", descriptor.weights_shape)
+            d = descriptor.convolution
+            op_descriptor = G.MPSGraphConvolution2DOpDescriptor.descriptorWithStrideInX_strideInY_dilationRateInX_dilationRateInY_groups_paddingLeft_paddingRight_paddingTop_paddingBottom_paddingStyle_dataLayout_weightsLayout_(  # noqa: E501
                 d.stride_in_x, d.stride_in_y, d.dilation_rate_in_x, d.dilation_rate_in_y, d.groups,
                 d.padding_left, d.padding_right, d.padding_top, d.padding_bottom,
                 d.padding_style, d.data_layout, d.weights_layout)
-            if plan.op == "convolution2D":
+            if descriptor.op == "convolution2D":
                 y = graph.convolution2DWithSourceTensor_weightsTensor_descriptor_name_(
-                    source, weights, descriptor, "convolution")
-            elif plan.op == "convolutionTranspose2D":
+                    source, weights, op_descriptor, "convolution")
+            elif descriptor.op == "convolutionTranspose2D":
                 y = graph.convolutionTranspose2DWithSourceTensor_weightsTensor_outputShape_descriptor_name_(
-                    source, weights, list(plan.output_shape), descriptor, "convolution")
+                    source, weights, list(descriptor.output_shape), op_descriptor, "convolution")
             else:
-                raise ValueError(f"unknown MPSGraph op {plan.op!r}")
-            rows, cols = plan.tail_padding
+                raise ValueError(f"unknown MPSGraph op {descriptor.op!r}")
+            rows, cols = descriptor.tail_padding
             if rows or cols:
                 y = graph.padTensor_withPaddingMode_leftPadding_rightPadding_constantValue_name_(
-                    y, 0, [0, 0, 0, 0], [0, rows, cols, 0], 0.0, "tail")   # MPSGraphPaddingModeConstant
-        if plan.bias_shape is not None:
-            bias = placeholder("bias", plan.bias_shape)
+                    y, GRAPH_PADDING_MODE_CONSTANT, [0, 0, 0, 0], [0, rows, cols, 0], 0.0, "tail")
+        if descriptor.bias_shape is not None:
+            bias = placeholder("bias", descriptor.bias_shape)
             y = graph.additionWithPrimaryTensor_secondaryTensor_name_(y, bias, "add_bias")
-        if plan.compute_data_type != plan.data_type:
-            y = graph.castTensor_toType_name_(y, plan.data_type, "result")
+        if descriptor.compute_data_type != descriptor.data_type:
+            y = graph.castTensor_toType_name_(y, descriptor.data_type, "result")
         self.result = y
 
     def run(self, source: np.ndarray, weights: Resident, bias: Resident | None) -> np.ndarray:
-        ctx, plan = context(), self.plan
+        ctx, descriptor = context(), self.descriptor
         fed = {"source": None, "weights": weights, "bias": bias}
         if "source" in self.placeholders:
             fed["source"] = resident(source)                  # kept alive until the run returns
         feeds = {tensor: fed[name].tensor_data for name, tensor in self.placeholders.items()}
         results = self.graph.runWithMTLCommandQueue_feeds_targetTensors_targetOperations_(
             ctx.queue, feeds, [self.result], None)
-        out = np.empty(plan.result_shape, dtype=_DTYPE_OF[plan.data_type])
+        out = np.empty(descriptor.result_shape, dtype=DTYPE_OF_DATA_TYPE[descriptor.data_type])
         results[self.result].mpsndarray().readBytes_strideBytes_(out, None)
         return out
 
@@ -273,7 +280,7 @@ def data_source_class():
                 return self._label
 
             def weightsLayout(self):
-                return 0                              # MPSCNNConvolutionWeightsLayoutOHWI
+                return CNN_WEIGHTS_OHWI
 
             def copyWithZone_(self, zone):
                 return self
@@ -292,13 +299,13 @@ def make_data_source(descriptor, weights: np.ndarray, bias, label: str):
 
 
 class CnnRunner:
-    """A CnnPlan's stage with its weights bound (MPSCNN kernel or direct-kernel buffers); ``run(x)``."""
+    """A CnnDescriptor's stage with its weights bound (MPSCNN kernel or direct-kernel buffers); ``run(x)``."""
 
-    def __init__(self, plan, weights: np.ndarray, bias):
+    def __init__(self, descriptor, weights: np.ndarray, bias):
         ctx = context()
-        self.plan = plan
-        stage = plan.stage
-        if isinstance(stage, DirectKernelPlan):
+        self.descriptor = descriptor
+        stage = descriptor.stage
+        if isinstance(stage, DirectKernelDescriptor):
             _check_buffer("weight", weights, stage.weight_shape, stage.dtype)
             _check_buffer("bias", bias, stage.bias_shape, stage.dtype)
             self.pipeline = ctx.pipeline(stage.function)
@@ -307,18 +314,18 @@ class CnnRunner:
             self.kernel = None
             return
         MPS = ctx.fw.MPS
-        d = stage.descriptor
-        descriptor = getattr(MPS, d.descriptor_class).cnnConvolutionDescriptorWithKernelWidth_kernelHeight_inputFeatureChannels_outputFeatureChannels_(  # noqa: E501
+        d = stage.convolution
+        conv_descriptor = getattr(MPS, d.descriptor_class).cnnConvolutionDescriptorWithKernelWidth_kernelHeight_inputFeatureChannels_outputFeatureChannels_(  # noqa: E501
             d.kernel_width, d.kernel_height, d.input_feature_channels, d.output_feature_channels)
-        descriptor.setStrideInPixelsX_(d.stride_in_pixels_x)
-        descriptor.setStrideInPixelsY_(d.stride_in_pixels_y)
-        descriptor.setDilationRateX_(d.dilation_rate_x)
-        descriptor.setDilationRateY_(d.dilation_rate_y)
-        descriptor.setGroups_(d.groups)
+        conv_descriptor.setStrideInPixelsX_(d.stride_in_pixels_x)
+        conv_descriptor.setStrideInPixelsY_(d.stride_in_pixels_y)
+        conv_descriptor.setDilationRateX_(d.dilation_rate_x)
+        conv_descriptor.setDilationRateY_(d.dilation_rate_y)
+        conv_descriptor.setGroups_(d.groups)
         if tuple(np.shape(weights)) != stage.weights_shape or (bias is not None) != stage.has_bias:
-            raise ValueError(f"weights {np.shape(weights)} / bias {bias is not None} do not match the plan "
-                             f"{stage.weights_shape} / {stage.has_bias}")
-        self.data_source = make_data_source(descriptor, weights, bias, f"fastdeconv {stage.kernel_class}")
+            raise ValueError(f"weights {np.shape(weights)} / bias {bias is not None} do not match the "
+                             f"descriptor's {stage.weights_shape} / {stage.has_bias}")
+        self.data_source = make_data_source(conv_descriptor, weights, bias, f"fastdeconv {stage.kernel_class}")
         kernel = getattr(MPS, stage.kernel_class).alloc().initWithDevice_weights_(ctx.device, self.data_source)
         if kernel is None:
             raise RuntimeError(f"{stage.kernel_class} initWithDevice:weights: returned nil for {d}")
@@ -339,10 +346,10 @@ class CnnRunner:
         return [MPS.MPSImage.alloc().initWithDevice_imageDescriptor_(ctx.device, desc) for _ in range(count)]
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        ctx, stage = context(), self.plan.stage
-        if isinstance(stage, DirectKernelPlan):
+        ctx, stage = context(), self.descriptor.stage
+        if isinstance(stage, DirectKernelDescriptor):
             return self._run_direct(ctx, stage, x)
-        dtype = {4: np.float32, 3: np.float16}[stage.source.channel_format]
+        dtype = DTYPE_OF_IMAGE_FORMAT[stage.source.channel_format]
         sources = self._images(stage.source, stage.batch)
         for index, image in enumerate(sources):
             image.writeBytes_dataLayout_imageIndex_(np.ascontiguousarray(x[index], dtype=dtype),
@@ -351,13 +358,13 @@ class CnnRunner:
         command_buffer = ctx.queue.commandBuffer()
         self.kernel.encodeBatchToCommandBuffer_sourceImages_destinationImages_(command_buffer, sources, destinations)
         ctx.run(command_buffer)
-        out_dtype = {4: np.float32, 3: np.float16}[stage.destination.channel_format]
-        out = np.empty(self.plan.result_shape, dtype=out_dtype)
+        out_dtype = DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format]
+        out = np.empty(self.descriptor.result_shape, dtype=out_dtype)
         for index, image in enumerate(destinations):
             image.readBytes_dataLayout_imageIndex_(out[index], stage.destination.data_layout, 0)
         return out
 
-    def _run_direct(self, ctx, stage: DirectKernelPlan, x: np.ndarray) -> np.ndarray:
+    def _run_direct(self, ctx, stage: DirectKernelDescriptor, x: np.ndarray) -> np.ndarray:
         Metal = ctx.fw.Metal
         _check_buffer("x", x, stage.x_shape, stage.dtype)
         x_buffer = ctx.buffer(x)

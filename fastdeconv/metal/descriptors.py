@@ -1,9 +1,9 @@
-"""Pure-Python plans: exactly what the Metal backend sends to Metal, as frozen dataclasses.
+"""Pure-Python descriptors: exactly what the Metal backend sends to Metal, as frozen dataclasses.
 
-A plan is built from a :class:`fastdeconv._params.ConvGeometry` and a dtype, holds no arrays and
-imports nothing from Apple, so it is built and checked on any platform. It is hashable: the
-backend caches compiled graphs and pipeline states keyed by the plan itself. Three consumers read
-the same plan:
+A descriptor is built from a :class:`fastdeconv._params.ConvGeometry` and a dtype, holds no arrays
+and imports nothing from Apple, so it is built and checked on any platform. It is hashable: the
+backend caches compiled graphs and pipeline states keyed by the descriptor itself. Three consumers
+read the same descriptor:
 
 * :mod:`fastdeconv.metal.pyobjc_layer` turns it into Metal calls (macOS only);
 * :mod:`fastdeconv.metal.executors` runs it in numpy under the documented semantics (any platform);
@@ -11,7 +11,7 @@ the same plan:
 
 Two paths:
 
-``backend="mps"`` → :class:`GraphPlan` (MPSGraph, macOS 11+). dataLayout NHWC, weightsLayout OIHW.
+``backend="mps"`` → :class:`GraphDescriptor` (MPSGraph, macOS 11+). dataLayout NHWC, weightsLayout OIHW.
 Both of fastdeconv's weight layouts are the *forward* convolution's OHWI weight
 (conv2d: (C_out, kH, kW, C_in/g); conv_transpose2d: (C_in, kH, kW, C_out/g), whose forward
 convolution maps C_out → C_in), so both become OIHW with ``w.transpose(0, 3, 1, 2)``. Apple's
@@ -20,10 +20,10 @@ gradient with respect to input image" and reads the weights as that forward conv
 which is fastdeconv's convention — no rotation. PyTorch feeds MPSGraph OIHW weights with NHWC data
 the same way (``aten/src/ATen/native/mps/operations/Convolution.mm``, ``fill_conv_desc``).
 
-``backend="mps-cnn"`` → :class:`CnnPlan` (MPSCNN, macOS 10.13+): MPSCNNConvolutionTranspose with
+``backend="mps-cnn"`` → :class:`CnnDescriptor` (MPSCNN, macOS 10.13+): MPSCNNConvolutionTranspose with
 ``fastdeconv.weights.to_mpscnn_transpose`` weights and ``mpscnn_transpose_params`` offsets
 (conv2d: MPSCNNConvolution with the weights as given), or — for what MPSCNN cannot express —
-fastdeconv's own direct kernel from ``conv_transpose.metal`` (:class:`DirectKernelPlan`).
+fastdeconv's own direct kernel from ``conv_transpose.metal`` (:class:`DirectKernelDescriptor`).
 
 Apple enum values used below (all [C], from Apple's headers / docs):
 MPSDataType Float32 = 0x10000020, Float16 = 0x10000010 (MPSCoreTypes.h);
@@ -41,18 +41,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._params import ConvGeometry, forward_output_size
+from .._params import ConvGeometry, forward_output_size, kernel_extent
 
 # ------------------------------------------------------------------------------------------------
 # Apple constants
 # ------------------------------------------------------------------------------------------------
 
 MPS_DATA_TYPE = {np.dtype(np.float32): 0x10000020, np.dtype(np.float16): 0x10000010}
+DTYPE_OF_DATA_TYPE = {code: dtype for dtype, code in MPS_DATA_TYPE.items()}       # MPSDataType → numpy
 GRAPH_LAYOUT_NHWC = 1
 GRAPH_LAYOUT_OIHW = 2
 GRAPH_PADDING_STYLE_EXPLICIT = 0
 GRAPH_PADDING_MODE_CONSTANT = 0
 IMAGE_FORMAT = {np.dtype(np.float32): 4, np.dtype(np.float16): 3}    # MPSImageFeatureChannelFormat
+DTYPE_OF_IMAGE_FORMAT = {code: dtype for dtype, code in IMAGE_FORMAT.items()}     # ... → numpy
 IMAGE_LAYOUT_HWC = 0                                                 # MPSDataLayoutHeightxWidthxFeatureChannels
 EDGE_MODES = {"zero": 0, "clamp": 1}                                 # MPSImageEdgeMode
 ACCUMULATOR_FLOAT = 1                                                # ...AccumulatorPrecisionOptionFloat
@@ -93,7 +95,7 @@ def check_dtype(dtype) -> np.dtype:
 
 
 @dataclass(frozen=True)
-class GraphDescriptor:
+class GraphConvolutionDescriptor:
     """MPSGraphConvolution2DOpDescriptor, field for field (``descriptorWithStrideInX:strideInY:
     dilationRateInX:dilationRateInY:groups:paddingLeft:paddingRight:paddingTop:paddingBottom:
     paddingStyle:dataLayout:weightsLayout:``, in that order)."""
@@ -113,20 +115,21 @@ class GraphDescriptor:
 
 
 @dataclass(frozen=True)
-class GraphPlan:
+class GraphDescriptor:
     """One MPSGraph: placeholders → [cast] → convolution → [pad] → [+ bias] → [cast] → result.
 
     * ``op``: "convolution2D" (``convolution2DWithSourceTensor:weightsTensor:descriptor:name:``) or
       "convolutionTranspose2D" (``convolutionTranspose2DWithSourceTensor:weightsTensor:outputShape:
       descriptor:name:``). ``None`` when no kernel tap reaches the output (a degenerate transposed
       convolution whose padding crops every tap): the result is then zeros (+ bias).
+    * ``convolution``: the op's ``descriptor:`` argument.
     * ``source_shape`` (N, H, W, C_in) NHWC; ``weights_shape`` OIHW of the forward convolution;
       ``bias_shape`` (1, 1, 1, C_out) or None. All three are placeholders of ``data_type``.
     * ``compute_data_type``: the convolution runs in float32; float16 inputs are cast up in the graph
       and the result cast down once (fastdeconv's float16 contract).
     * ``output_shape``: the ``outputShape`` argument of the transpose (NHWC). MPSGraph defines the
       transpose as the data gradient of the forward convolution of an ``output_shape`` input with
-      this descriptor, whose output must then be exactly the source: per axis
+      ``convolution``, whose output must then be exactly the source: per axis
       ``⌊(out + pad_begin + pad_end − kd)/s⌋ + 1 = in``. fastdeconv's output_padding/output_size
       satisfy that directly when output_padding < stride. When output_padding ≥ stride (allowed
       while < dilation) the rows beyond ``(in − 1)·s + kd − pad_begin`` receive no tap; the
@@ -142,7 +145,7 @@ class GraphPlan:
     source_shape: tuple[int, int, int, int]
     weights_shape: tuple[int, int, int, int]
     bias_shape: tuple[int, int, int, int] | None
-    descriptor: GraphDescriptor
+    convolution: GraphConvolutionDescriptor
     output_shape: tuple[int, int, int, int] | None
     tail_padding: tuple[int, int]
     result_shape: tuple[int, int, int, int]
@@ -161,8 +164,8 @@ def graph_bias(bias, out_channels: int, dtype) -> np.ndarray | None:
 
 
 def _transpose_axis(size_in, size_out, kernel, stride, dilation, pad_begin, pad_end):
-    """(conv_out, pad_end, tail) for one axis of the transposed convolution (see GraphPlan)."""
-    kd = dilation * (kernel - 1) + 1
+    """(conv_out, pad_end, tail) for one axis of the transposed convolution (see GraphDescriptor)."""
+    kd = kernel_extent(kernel, dilation)
     if forward_output_size(size_out, kernel, stride, dilation, pad_begin, pad_end) == size_in:
         return size_out, pad_end, 0
     reach = (size_in - 1) * stride + kd - pad_begin          # output rows some tap can reach
@@ -170,8 +173,8 @@ def _transpose_axis(size_in, size_out, kernel, stride, dilation, pad_begin, pad_
     return conv_out, reach - conv_out, size_out - conv_out
 
 
-def graph_plan(geometry: ConvGeometry, dtype, has_bias: bool) -> GraphPlan:
-    """The MPSGraph plan for a resolved conv_transpose2d (``geometry.transposed``) or conv2d call."""
+def graph_descriptor(geometry: ConvGeometry, dtype, has_bias: bool) -> GraphDescriptor:
+    """The MPSGraph descriptor for a resolved conv_transpose2d (``geometry.transposed``) or conv2d call."""
     dtype = check_dtype(dtype)
     g = geometry
     (pt, pb), (pl, pr) = g.pad
@@ -186,15 +189,15 @@ def graph_plan(geometry: ConvGeometry, dtype, has_bias: bool) -> GraphPlan:
         if rows < 1 or cols < 1:                                   # every tap is cropped away
             op, rows, cols, pb, pr, tail = None, 0, 0, g.pad[0][1], g.pad[1][1], (0, 0)
         output_shape = (g.batch, rows, cols, g.out_channels)
-    descriptor = GraphDescriptor(
+    convolution = GraphConvolutionDescriptor(
         stride_in_x=g.stride[1], stride_in_y=g.stride[0],
         dilation_rate_in_x=g.dilation[1], dilation_rate_in_y=g.dilation[0],
         groups=g.groups, padding_left=pl, padding_right=pr, padding_top=pt, padding_bottom=pb)
-    return GraphPlan(
+    return GraphDescriptor(
         op=op, data_type=MPS_DATA_TYPE[dtype], compute_data_type=MPS_DATA_TYPE[np.dtype(np.float32)],
         source_shape=g.input_shape, weights_shape=weights_shape,
         bias_shape=(1, 1, 1, g.out_channels) if has_bias else None,
-        descriptor=descriptor, output_shape=output_shape, tail_padding=tail, result_shape=g.output_shape)
+        convolution=convolution, output_shape=output_shape, tail_padding=tail, result_shape=g.output_shape)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ class ImageSpec:
 
 
 @dataclass(frozen=True)
-class CnnDescriptor:
+class CnnConvolutionDescriptor:
     """MPSCNNConvolutionDescriptor (or its subclass MPSCNNDepthWiseConvolutionDescriptor, with
     groups 1, for a depthwise convolution): ``cnnConvolutionDescriptorWithKernelWidth:kernelHeight:
     inputFeatureChannels:outputFeatureChannels:`` then the strideInPixelsX/Y, dilationRateX/Y and
@@ -236,11 +239,11 @@ class CnnDescriptor:
 
 
 @dataclass(frozen=True)
-class CnnKernelPlan:
+class CnnKernelDescriptor:
     """An MPSCNNConvolution / MPSCNNConvolutionTranspose over a batch of MPSImages.
 
     ``kernel_class`` is the class name; it is created with ``initWithDevice:weights:`` from an
-    MPSCNNConvolutionDataSource that returns ``descriptor``, float32 weights in OHWI
+    MPSCNNConvolutionDataSource whose ``descriptor`` is ``convolution``, float32 weights in OHWI
     (``weights_shape``; for the transpose ``to_mpscnn_transpose``'s 180°-rotated ones) and the bias
     (``has_bias``). Kernel properties: ``offset`` = (offset_x, offset_y, 0) (MPSOffset),
     ``edgeMode`` = ``edge_mode``, and for the transpose ``kernelOffsetX/Y``. Encoded with
@@ -249,7 +252,7 @@ class CnnKernelPlan:
     """
 
     kernel_class: str
-    descriptor: CnnDescriptor
+    convolution: CnnConvolutionDescriptor
     weights_shape: tuple[int, int, int, int]
     has_bias: bool
     offset_x: int
@@ -264,7 +267,7 @@ class CnnKernelPlan:
 
 
 @dataclass(frozen=True)
-class DirectKernelPlan:
+class DirectKernelDescriptor:
     """fastdeconv's own kernel from conv_transpose.metal, on MTLBuffers.
 
     ``function`` is the kernel's name; buffers 0..3 are x, weight, bias (zeros when absent), y,
@@ -290,10 +293,10 @@ class DirectKernelPlan:
 
 
 @dataclass(frozen=True)
-class CnnPlan:
+class CnnDescriptor:
     """backend="mps-cnn": one stage, MPSCNN or the direct kernel, in one command buffer."""
 
-    stage: CnnKernelPlan | DirectKernelPlan
+    stage: CnnKernelDescriptor | DirectKernelDescriptor
     result_shape: tuple[int, int, int, int]
 
 
@@ -310,8 +313,8 @@ def _texture_obstacle(geometry: ConvGeometry) -> str | None:
     return None
 
 
-def direct_plan(geometry: ConvGeometry, dtype, reason: str) -> DirectKernelPlan:
-    """The direct-kernel plan (any groups, dilation, padding, output size)."""
+def direct_descriptor(geometry: ConvGeometry, dtype, reason: str) -> DirectKernelDescriptor:
+    """The direct-kernel descriptor (any groups, dilation, padding, output size)."""
     dtype = check_dtype(dtype)
     g = geometry
     sizes = {"x": math.prod(g.input_shape), "weight": math.prod(g.weight_shape), "y": math.prod(g.output_shape)}
@@ -327,7 +330,7 @@ def direct_plan(geometry: ConvGeometry, dtype, reason: str) -> DirectKernelPlan:
                   dilation_h=g.dilation[0], dilation_w=g.dilation[1], pad_top=pt, pad_left=pl, groups=g.groups)
     kind = "conv_transpose2d" if g.transposed else "conv2d"
     scalar = "float" if dtype == np.float32 else "half"
-    return DirectKernelPlan(
+    return DirectKernelDescriptor(
         function=f"{kind}_direct_{scalar}", dtype=dtype.name, params=tuple(values[f] for f in PARAM_FIELDS),
         threads=sizes["y"], threads_per_threadgroup=THREADS_PER_THREADGROUP, x_shape=g.input_shape,
         weight_shape=g.weight_shape, bias_shape=(g.out_channels,), y_shape=g.output_shape, reason=reason)
@@ -337,8 +340,8 @@ def _image(dtype, hw, channels) -> ImageSpec:
     return ImageSpec(channel_format=IMAGE_FORMAT[dtype], width=hw[1], height=hw[0], feature_channels=channels)
 
 
-def cnn_plan(geometry: ConvGeometry, dtype, has_bias: bool, force_direct: bool = False) -> CnnPlan:
-    """The MPSCNN plan: MPSCNN when Apple's documented limits allow it, else the direct kernel.
+def cnn_descriptor(geometry: ConvGeometry, dtype, has_bias: bool, force_direct: bool = False) -> CnnDescriptor:
+    """The MPSCNN descriptor: MPSCNN when Apple's documented limits allow it, else the direct kernel.
 
     The MPSCNN settings come from :func:`fastdeconv.weights.mpscnn_transpose_params` (transposed:
     kernelOffset, offset, edgeMode, destination size) and :func:`fastdeconv.weights.mpscnn_conv_params`
@@ -361,13 +364,13 @@ def cnn_plan(geometry: ConvGeometry, dtype, has_bias: bool, force_direct: bool =
         except ValueError as exc:
             reason = str(exc)
     if reason is not None:
-        return CnnPlan(stage=direct_plan(g, dtype, reason), result_shape=g.output_shape)
+        return CnnDescriptor(stage=direct_descriptor(g, dtype, reason), result_shape=g.output_shape)
 
     if (params.destination_height, params.destination_width) != tuple(g.output_hw):
         destination = (params.destination_height, params.destination_width)
         raise AssertionError(f"MPSCNN parameters give destination {destination} but the output is {g.output_hw}")
     depthwise = bool(getattr(params, "depthwise", False))
-    descriptor = CnnDescriptor(
+    convolution = CnnConvolutionDescriptor(
         descriptor_class="MPSCNNDepthWiseConvolutionDescriptor" if depthwise else "MPSCNNConvolutionDescriptor",
         kernel_width=params.kernel_width, kernel_height=params.kernel_height,
         input_feature_channels=g.in_channels, output_feature_channels=g.out_channels,
@@ -375,28 +378,28 @@ def cnn_plan(geometry: ConvGeometry, dtype, has_bias: bool, force_direct: bool =
         dilation_rate_x=params.dilation_x, dilation_rate_y=params.dilation_y,
         groups=1 if depthwise else params.groups)
     kh, kw = g.kernel_hw
-    stage = CnnKernelPlan(
+    stage = CnnKernelDescriptor(
         kernel_class="MPSCNNConvolutionTranspose" if g.transposed else "MPSCNNConvolution",
-        descriptor=descriptor,
+        convolution=convolution,
         weights_shape=(g.out_channels, kh, kw, g.in_per_group) if g.transposed else g.weight_shape,
         has_bias=has_bias, offset_x=params.offset_x, offset_y=params.offset_y,
         kernel_offset_x=getattr(params, "kernel_offset_x", 0), kernel_offset_y=getattr(params, "kernel_offset_y", 0),
         edge_mode=EDGE_MODES[params.edge_mode], accumulator_precision=ACCUMULATOR_FLOAT,
         source=_image(dtype, g.input_hw, g.in_channels), destination=_image(dtype, g.output_hw, g.out_channels),
         batch=g.batch)
-    return CnnPlan(stage=stage, result_shape=g.output_shape)
+    return CnnDescriptor(stage=stage, result_shape=g.output_shape)
 
 
-def cnn_weights(plan: CnnPlan, weight: np.ndarray, groups: int) -> np.ndarray:
-    """The weight array the plan's stage consumes.
+def cnn_weights(descriptor: CnnDescriptor, weight: np.ndarray, groups: int) -> np.ndarray:
+    """The weight array the descriptor's stage consumes.
 
     MPSCNN: float32 OHWI (``Currently we support only Float32 weights``, MPSCNNConvolutionTranspose
     init doc); for the transpose ``fastdeconv.weights.to_mpscnn_transpose`` (180° rotation +
     channel swap, since MPS "uses the weights specified by the developer as-is"). Direct kernel:
-    fastdeconv's own layout in the plan's dtype.
+    fastdeconv's own layout in the descriptor's dtype.
     """
-    stage = plan.stage
-    if isinstance(stage, DirectKernelPlan):
+    stage = descriptor.stage
+    if isinstance(stage, DirectKernelDescriptor):
         return np.ascontiguousarray(weight, dtype=stage.dtype)
     if stage.kernel_class == "MPSCNNConvolutionTranspose":
         from .. import weights as weights_module  # noqa: PLC0415
@@ -406,24 +409,17 @@ def cnn_weights(plan: CnnPlan, weight: np.ndarray, groups: int) -> np.ndarray:
         converted = weight
     converted = np.ascontiguousarray(converted, dtype=np.float32)
     if converted.shape != stage.weights_shape:
-        raise AssertionError(f"MPSCNN weights have shape {converted.shape}, the plan expects {stage.weights_shape}")
+        raise AssertionError(f"MPSCNN weights have shape {converted.shape}, the descriptor expects "
+                             f"{stage.weights_shape}")
     return converted
 
 
-def cnn_bias(plan: CnnPlan, bias, out_channels: int) -> np.ndarray | None:
+def cnn_bias(descriptor: CnnDescriptor, bias, out_channels: int) -> np.ndarray | None:
     """MPSCNN: float32 (C_out,) or None (``biasTerms`` returns NULL). Direct kernel: zeros when absent."""
-    stage = plan.stage
-    if isinstance(stage, DirectKernelPlan):
+    stage = descriptor.stage
+    if isinstance(stage, DirectKernelDescriptor):
         if bias is None:
             return np.zeros(out_channels, dtype=stage.dtype)
         return np.ascontiguousarray(bias, dtype=stage.dtype)
     return None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
 
-
-def make_plan(path: str, geometry: ConvGeometry, dtype, has_bias: bool):
-    """``path`` "mps" → :func:`graph_plan`; "mps-cnn" → :func:`cnn_plan`."""
-    if path == "mps":
-        return graph_plan(geometry, dtype, has_bias)
-    if path == "mps-cnn":
-        return cnn_plan(geometry, dtype, has_bias)
-    raise ValueError(f"path must be 'mps' or 'mps-cnn', got {path!r}")

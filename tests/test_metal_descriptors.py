@@ -1,15 +1,17 @@
-"""The Metal backend's plans, checked on any platform.
+"""The Metal backend's descriptors, checked on any platform.
 
-Every plan is executed by fastdeconv.metal.executors (MPSGraph's convolution / data-gradient
+Every descriptor is executed by fastdeconv.metal.executors (MPSGraph's convolution / data-gradient
 definition, fastdeconv.mpscnn_model, and the Python transcription of conv_transpose.metal) and
 compared with backend="cpu" over hypothesis-generated configurations; the PyObjC layer is run
-against a recording fake to check that every plan field reaches a Metal call with the right value.
+against a recording fake to check that every descriptor field reaches a Metal call with the right value.
 Nothing here needs a Mac.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import struct
 import subprocess
@@ -25,9 +27,10 @@ from hypothesis.control import currently_in_test_context
 
 import fastdeconv
 from fastdeconv import _backends, metal
+from fastdeconv._params import kernel_extent
 from fastdeconv._validate import prepare
 from fastdeconv.metal import backend as metal_backend
-from fastdeconv.metal import executors, plan as metal_plan, pyobjc_layer
+from fastdeconv.metal import descriptors, executors, pyobjc_layer
 from helpers import Case, assert_close
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -49,7 +52,7 @@ def cases(draw, op):
     dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
     hw = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
     kind = draw(st.sampled_from(["int", "pair", "pairs", "same", "valid"]))
-    extent = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    extent = [kernel_extent(k, d) for k, d in zip(kernel, dilation)]
     if kind == "int":
         padding = draw(st.integers(0, max(extent) - 1))
     elif kind == "pair":
@@ -86,25 +89,26 @@ def _event(message):
         event(message)
 
 
-def run_plan(path, case, force_direct=False):
-    """Build the plan for ``case`` and run it through the numpy executors, as the PyObjC layer would."""
+def run_descriptor(path, case, force_direct=False):
+    """Build the descriptor for ``case`` and run it through the numpy executors, as the PyObjC layer would."""
     x, w, b = case.arrays()
     geometry = case.geometry(x, w)
     dtype = case.result_dtype
     xs = np.ascontiguousarray(x, dtype=dtype)
     if path == "mps":
-        plan = metal_plan.graph_plan(geometry, dtype, b is not None)
-        y = executors.run_graph(plan, xs, metal_plan.graph_weights(w, dtype),
-                                metal_plan.graph_bias(b, geometry.out_channels, dtype))
-        _event(f"MPSGraph {plan.op}, tail padding: {plan.tail_padding != (0, 0)}")
+        descriptor = descriptors.graph_descriptor(geometry, dtype, b is not None)
+        y = executors.run_graph(descriptor, xs, descriptors.graph_weights(w, dtype),
+                                descriptors.graph_bias(b, geometry.out_channels, dtype))
+        _event(f"MPSGraph {descriptor.op}, tail padding: {descriptor.tail_padding != (0, 0)}")
     else:
-        plan = metal_plan.cnn_plan(geometry, dtype, b is not None, force_direct=force_direct)
-        y = executors.run_cnn(plan, xs, metal_plan.cnn_weights(plan, w, geometry.groups),
-                              metal_plan.cnn_bias(plan, b, geometry.out_channels))
-        _event(f"stage: {getattr(plan.stage, 'kernel_class', None) or plan.stage.function}"
-              + (f" ({plan.stage.descriptor.descriptor_class})" if hasattr(plan.stage, "descriptor") else ""))
+        descriptor = descriptors.cnn_descriptor(geometry, dtype, b is not None, force_direct=force_direct)
+        y = executors.run_cnn(descriptor, xs, descriptors.cnn_weights(descriptor, w, geometry.groups),
+                              descriptors.cnn_bias(descriptor, b, geometry.out_channels))
+        stage = descriptor.stage
+        _event(f"stage: {getattr(stage, 'kernel_class', None) or stage.function}"
+               + (f" ({stage.convolution.descriptor_class})" if hasattr(stage, "convolution") else ""))
     assert y.shape == geometry.output_shape and y.dtype == dtype
-    return plan, y
+    return descriptor, y
 
 
 def check_against_cpu(case, y, **extra):
@@ -113,39 +117,39 @@ def check_against_cpu(case, y, **extra):
 
 
 # --------------------------------------------------------------------------------------------------
-# Every plan through its executor, against backend="cpu"
+# Every descriptor through its executor, against backend="cpu"
 # --------------------------------------------------------------------------------------------------
 
 
 @HYPOTHESIS
 @given(case=cases("t"))
-def test_graph_plan_conv_transpose2d(case):
-    plan, y = run_plan("mps", case)
-    assert plan.descriptor.data_layout == metal_plan.GRAPH_LAYOUT_NHWC
-    assert plan.descriptor.weights_layout == metal_plan.GRAPH_LAYOUT_OIHW
-    check_against_cpu(case, y, graph_op=plan.op, tail=plan.tail_padding)
+def test_graph_descriptor_conv_transpose2d(case):
+    descriptor, y = run_descriptor("mps", case)
+    assert descriptor.convolution.data_layout == descriptors.GRAPH_LAYOUT_NHWC
+    assert descriptor.convolution.weights_layout == descriptors.GRAPH_LAYOUT_OIHW
+    check_against_cpu(case, y, graph_op=descriptor.op, tail=descriptor.tail_padding)
 
 
 @HYPOTHESIS
 @given(case=cases("c"))
-def test_graph_plan_conv2d(case):
-    plan, y = run_plan("mps", case)
-    assert plan.op == "convolution2D" and plan.output_shape is None
+def test_graph_descriptor_conv2d(case):
+    descriptor, y = run_descriptor("mps", case)
+    assert descriptor.op == "convolution2D" and descriptor.output_shape is None
     check_against_cpu(case, y)
 
 
 @HYPOTHESIS
 @given(case=cases("t"), force_direct=st.booleans())
-def test_cnn_plan_conv_transpose2d(case, force_direct):
-    plan, y = run_plan("mps-cnn", case, force_direct)
-    check_against_cpu(case, y, stage=type(plan.stage).__name__)
+def test_cnn_descriptor_conv_transpose2d(case, force_direct):
+    descriptor, y = run_descriptor("mps-cnn", case, force_direct)
+    check_against_cpu(case, y, stage=type(descriptor.stage).__name__)
 
 
 @HYPOTHESIS
 @given(case=cases("c"), force_direct=st.booleans())
-def test_cnn_plan_conv2d(case, force_direct):
-    plan, y = run_plan("mps-cnn", case, force_direct)
-    check_against_cpu(case, y, stage=type(plan.stage).__name__)
+def test_cnn_descriptor_conv2d(case, force_direct):
+    descriptor, y = run_descriptor("mps-cnn", case, force_direct)
+    check_against_cpu(case, y, stage=type(descriptor.stage).__name__)
 
 
 @pytest.mark.parametrize("path", ["mps", "mps-cnn"])
@@ -167,7 +171,7 @@ def test_public_api_simulated(path, op):
 
 
 # --------------------------------------------------------------------------------------------------
-# Specific plan fields
+# Specific descriptor fields
 # --------------------------------------------------------------------------------------------------
 
 
@@ -176,74 +180,75 @@ def geometry_of(case):
     return case.geometry(x, w)
 
 
-def test_graph_plan_fields_transpose():
+def test_graph_descriptor_fields_transpose():
     case = Case(op="t", hw=(5, 4), c_in=6, c_out=4, groups=2, kernel=(3, 2), stride=(2, 3), dilation=(1, 2),
                 padding=((1, 0), (2, 1)), output_padding=(1, 2), dtype="float16")
     g = geometry_of(case)
-    plan = metal_plan.graph_plan(g, F16, has_bias=True)
-    d = plan.descriptor
+    descriptor = descriptors.graph_descriptor(g, F16, has_bias=True)
+    d = descriptor.convolution
     assert (d.stride_in_x, d.stride_in_y, d.dilation_rate_in_x, d.dilation_rate_in_y) == (3, 2, 2, 1)
     assert (d.padding_left, d.padding_right, d.padding_top, d.padding_bottom) == (2, 1, 1, 0)
-    assert d.groups == 2 and d.padding_style == metal_plan.GRAPH_PADDING_STYLE_EXPLICIT
-    assert plan.op == "convolutionTranspose2D" and plan.tail_padding == (0, 0)
-    assert plan.output_shape == plan.result_shape == g.output_shape
-    assert plan.weights_shape == (6, 2, 3, 2)                                  # OIHW: (C_in, C_out/g, kH, kW)
-    assert plan.bias_shape == (1, 1, 1, 4)
-    assert (plan.data_type, plan.compute_data_type) == (0x10000010, 0x10000020)
+    assert d.groups == 2 and d.padding_style == descriptors.GRAPH_PADDING_STYLE_EXPLICIT
+    assert descriptor.op == "convolutionTranspose2D" and descriptor.tail_padding == (0, 0)
+    assert descriptor.output_shape == descriptor.result_shape == g.output_shape
+    assert descriptor.weights_shape == (6, 2, 3, 2)                            # OIHW: (C_in, C_out/g, kH, kW)
+    assert descriptor.bias_shape == (1, 1, 1, 4)
+    assert (descriptor.data_type, descriptor.compute_data_type) == (0x10000010, 0x10000020)
 
 
-def test_graph_plan_output_padding_beyond_stride_uses_tail_padding():
+def test_graph_descriptor_output_padding_beyond_stride_uses_tail_padding():
     """output_padding >= stride (allowed below dilation): the reachable rows are convolved, the rest padded."""
     case = Case(dtype="float32", op="t", hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, padding=0,
                 output_padding=(2, 1))
-    plan, y = run_plan("mps", case)
-    assert plan.tail_padding == (2, 1)
-    assert plan.output_shape[1:3] == (6, 6) and plan.result_shape[1:3] == (8, 7)
+    descriptor, y = run_descriptor("mps", case)
+    assert descriptor.tail_padding == (2, 1)
+    assert descriptor.output_shape[1:3] == (6, 6) and descriptor.result_shape[1:3] == (8, 7)
     check_against_cpu(case, y)
 
 
-def test_graph_plan_no_tap_reaches_the_output():
+def test_graph_descriptor_no_tap_reaches_the_output():
     case = Case(dtype="float32", op="t", hw=(1, 3), kernel=(2, 1), stride=1, dilation=(3, 1), padding=((4, 0), (0, 0)),
                 output_padding=(2, 0))
-    plan, y = run_plan("mps", case)
-    assert plan.op is None
+    descriptor, y = run_descriptor("mps", case)
+    assert descriptor.op is None
     check_against_cpu(case, y)                                                # bias only
 
 
-def test_cnn_plan_fields():
+def test_cnn_descriptor_fields():
     transpose_case = Case(dtype="float32", op="t", c_in=8, c_out=4, groups=1, stride=2, padding=1, output_padding=1)
-    transpose = metal_plan.cnn_plan(geometry_of(transpose_case), F32, True)
+    transpose = descriptors.cnn_descriptor(geometry_of(transpose_case), F32, True)
     stage = transpose.stage
-    assert isinstance(stage, metal_plan.CnnKernelPlan) and stage.kernel_class == "MPSCNNConvolutionTranspose"
+    assert isinstance(stage, descriptors.CnnKernelDescriptor)
+    assert stage.kernel_class == "MPSCNNConvolutionTranspose"
     assert stage.weights_shape == (4, 3, 3, 8) and (stage.offset_x, stage.offset_y) == (0, 0)
     assert (stage.kernel_offset_x, stage.kernel_offset_y) == ((3 >> 1) - 2 + 1,) * 2
     assert (stage.destination.height, stage.destination.width) == (10, 10)
     assert stage.source.channel_format == 4 and stage.edge_mode == 0
 
     depthwise_case = Case(dtype="float32", op="c", c_in=3, c_out=3, groups=3)
-    depthwise = metal_plan.cnn_plan(geometry_of(depthwise_case), F16, False).stage
-    assert depthwise.descriptor.descriptor_class == "MPSCNNDepthWiseConvolutionDescriptor"
-    assert depthwise.descriptor.groups == 1 and depthwise.source.channel_format == 3
+    depthwise = descriptors.cnn_descriptor(geometry_of(depthwise_case), F16, False).stage
+    assert depthwise.convolution.descriptor_class == "MPSCNNDepthWiseConvolutionDescriptor"
+    assert depthwise.convolution.groups == 1 and depthwise.source.channel_format == 3
 
     grouped_case = Case(dtype="float32", op="t", c_in=6, c_out=4, groups=2)
-    grouped = metal_plan.cnn_plan(geometry_of(grouped_case), F32, True).stage
-    assert isinstance(grouped, metal_plan.DirectKernelPlan)
+    grouped = descriptors.cnn_descriptor(geometry_of(grouped_case), F32, True).stage
+    assert isinstance(grouped, descriptors.DirectKernelDescriptor)
     assert "multiple" in grouped.reason and grouped.function == "conv_transpose2d_direct_float"
 
 
-def test_direct_plan_refuses_int32_overflow():
+def test_direct_descriptor_refuses_int32_overflow():
     g = geometry_of(Case(dtype="float32", op="t", n=1, hw=(2, 2)))
     huge = dataclasses.replace(g, batch=2**29)
     with pytest.raises(ValueError, match="32-bit"):
-        metal_plan.direct_plan(huge, F32, "test")
+        descriptors.direct_descriptor(huge, F32, "test")
 
 
-def test_msl_source_matches_the_plan():
-    """conv_transpose.metal's ConvParams has PARAM_FIELDS' order, and every plan function exists."""
+def test_msl_source_matches_the_descriptors():
+    """conv_transpose.metal's ConvParams has PARAM_FIELDS' order, and every descriptor function exists."""
     source = resources.files("fastdeconv.metal").joinpath("conv_transpose.metal").read_text()
     body = re.search(r"struct ConvParams \{(.*?)\};", source, re.S).group(1)
-    assert tuple(re.findall(r"int (\w+);", body)) == metal_plan.PARAM_FIELDS
-    assert len(re.findall(r";", body)) == len(metal_plan.PARAM_FIELDS)           # int32 only
+    assert tuple(re.findall(r"int (\w+);", body)) == descriptors.PARAM_FIELDS
+    assert len(re.findall(r";", body)) == len(descriptors.PARAM_FIELDS)           # int32 only
     entries = set(re.findall(r"^FASTDECONV_ENTRY\((\w+),", source, re.M))
     expected = {f"{k}_direct_{t}" for k in ("conv_transpose2d", "conv2d") for t in ("float", "half")}
     assert entries == expected
@@ -310,24 +315,82 @@ def test_auto_threshold(monkeypatch):
     small = _call(Case(op="t", dtype="float32"))
     f64 = _call(Case(op="t", n=2, hw=(16, 16), c_in=16, c_out=16, dtype="float64"))
     monkeypatch.setattr(metal, "status", lambda path="mps": metal.MetalStatus(True, "fake device"))
-    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, str(big.geometry.flops))
-    assert _backends.AutoBackend.choose(big) is metal_backend.MPS
-    assert _backends.AutoBackend.choose(small) is _backends.CpuBackend
-    assert _backends.AutoBackend.choose(f64) is _backends.CpuBackend                # Metal has no float64
     try:
+        metal.set_mps_min_flops(big.geometry.flops)
+        assert _backends.AutoBackend.choose(big) is metal_backend.MPS
+        assert _backends.AutoBackend.choose(small) is _backends.CpuBackend
+        assert _backends.AutoBackend.choose(f64) is _backends.CpuBackend            # Metal has no float64
         metal.set_mps_min_flops(big.geometry.flops + 1)
         assert _backends.AutoBackend.choose(big) is _backends.CpuBackend
         metal.set_mps_min_flops(0)
         assert _backends.AutoBackend.choose(small) is metal_backend.MPS
     finally:
         metal.set_mps_min_flops(None)
-    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, "lots")
-    with pytest.raises(ValueError, match=f"{metal.MPS_MIN_FLOPS_ENV}.*'lots'"):
-        metal.mps_min_flops()
-    monkeypatch.delenv(metal.MPS_MIN_FLOPS_ENV)
-    assert metal.mps_min_flops() == metal.DEFAULT_MPS_MIN_FLOPS
     with pytest.raises(ValueError, match="-1"):
         metal.set_mps_min_flops(-1)
+
+
+def test_auto_does_not_read_the_environment_per_call(monkeypatch):
+    """$FASTDECONV_MPS_MIN_FLOPS is parsed at import: changing it later, even to garbage, changes nothing."""
+    before = metal.mps_min_flops()
+    monkeypatch.setenv(metal.MPS_MIN_FLOPS_ENV, "abc")
+    assert metal.mps_min_flops() == before
+    case = Case(op="t", dtype="float32")
+    x, w, b = case.arrays()
+    assert_close(case.call(x, w, b, backend="auto"), case.call(x, w, b, backend="cpu"), case.result_dtype, case.k)
+
+
+# Imports fastdeconv in a fresh interpreter, records every warning, calls backend="auto" twice per op,
+# then exercises set_mps_min_flops; prints the threshold at each step and the $FASTDECONV_MPS_MIN_FLOPS
+# warnings as JSON.
+MIN_FLOPS_PROBE = """
+import json, os, warnings
+import numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import fastdeconv
+    from fastdeconv import metal
+    x, w = np.ones((1, 4, 4, 2), np.float32), np.ones((2, 3, 3, 2), np.float32)
+    for _ in range(2):
+        assert fastdeconv.conv_transpose2d(x, w, backend="auto").shape == (1, 6, 6, 2)
+        assert fastdeconv.conv2d(x, w, backend="auto").shape == (1, 2, 2, 2)
+    os.environ[metal.MPS_MIN_FLOPS_ENV] = "123"                  # too late: read at import only
+    imported = metal.mps_min_flops()
+    metal.set_mps_min_flops(7)
+    overridden = metal.mps_min_flops()
+    metal.set_mps_min_flops(None)
+    restored = metal.mps_min_flops()
+print(json.dumps(dict(
+    imported=imported, overridden=overridden, restored=restored, default=metal.DEFAULT_MPS_MIN_FLOPS,
+    warnings=[[w.category.__name__, str(w.message)] for w in caught if metal.MPS_MIN_FLOPS_ENV in str(w.message)])))
+"""
+
+
+def _min_flops_probe(value):
+    """MIN_FLOPS_PROBE's result with $FASTDECONV_MPS_MIN_FLOPS set to ``value`` (unset for None)."""
+    env = {k: v for k, v in os.environ.items() if k != metal.MPS_MIN_FLOPS_ENV}
+    if value is not None:
+        env[metal.MPS_MIN_FLOPS_ENV] = value
+    result = subprocess.run([sys.executable, "-c", MIN_FLOPS_PROBE], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf"])
+def test_bad_min_flops_env_warns_once_at_import(value):
+    probe = _min_flops_probe(value)
+    assert len(probe["warnings"]) == 1, probe["warnings"]
+    (category, message), = probe["warnings"]
+    assert category == "RuntimeWarning" and f"{metal.MPS_MIN_FLOPS_ENV}={value!r}" in message
+    assert probe["imported"] == probe["restored"] == probe["default"] and probe["overridden"] == 7
+
+
+@pytest.mark.parametrize("value, threshold", [("2.5e3", 2500), ("0", 0), ("", None), (None, None)])
+def test_min_flops_env_is_honoured_and_restored_by_the_setter(value, threshold):
+    probe = _min_flops_probe(value)
+    assert probe["warnings"] == []
+    expected = probe["default"] if threshold is None else threshold
+    assert probe["imported"] == probe["restored"] == expected and probe["overridden"] == 7
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on a Mac auto may legitimately pick MPS")
@@ -359,14 +422,15 @@ def test_layer_keeps_weights_and_compiled_kernels(path, monkeypatch):
             assert_close(layer.run(xi, geometry), ref, F32, case.k)
     if path == "mps":
         assert len(uploads) == 2                     # weights + bias once; the source is fed per call
-        plan = layer.plan(geometries[0])
-        assert metal_backend.graph_runner(executors, plan) is metal_backend.graph_runner(executors, plan)
+        descriptor = layer.descriptor(geometries[0])
+        runner = metal_backend.graph_runner(executors, descriptor)
+        assert metal_backend.graph_runner(executors, descriptor) is runner
     else:
         assert len(built) == 2                       # one MPSCNN kernel per input geometry
 
 
 # --------------------------------------------------------------------------------------------------
-# The PyObjC layer against a recording fake: every plan field reaches a Metal call
+# The PyObjC layer against a recording fake: every descriptor field reaches a Metal call
 # --------------------------------------------------------------------------------------------------
 
 
@@ -416,7 +480,7 @@ class FakeNSObject:
 
 
 class Tracked:
-    """A read-only view of a plan that records which (nested) fields are read."""
+    """A read-only view of a descriptor that records which (nested) fields are read."""
 
     def __init__(self, obj, seen, prefix=""):
         self.__dict__.update(_obj=obj, _seen=seen, _prefix=prefix)
@@ -438,8 +502,8 @@ class Tracked:
 def leaves(cls, prefix=""):
     out = set()
     for f in dataclasses.fields(cls):
-        types_ = [t for t in (metal_plan.GraphDescriptor, metal_plan.ImageSpec, metal_plan.CnnDescriptor)
-                  if t.__name__ in str(f.type)]
+        nested = (descriptors.GraphConvolutionDescriptor, descriptors.ImageSpec, descriptors.CnnConvolutionDescriptor)
+        types_ = [t for t in nested if t.__name__ in str(f.type)]
         if types_:
             out |= leaves(types_[0], prefix + f.name + ".")
         elif f.name != "stage":
@@ -447,18 +511,18 @@ def leaves(cls, prefix=""):
     return out
 
 
-def run_layer(plan, inputs):
+def run_layer(descriptor, inputs):
     log, seen = [], set()
     fw = types.SimpleNamespace(Metal=Fake("Metal", log), MPS=Fake("MPS", log), MPSGraph=Fake("MPSGraph", log),
                                objc=Fake("objc", log), Foundation=types.SimpleNamespace(NSObject=FakeNSObject))
     with pyobjc_layer.use_frameworks(fw):
-        if isinstance(plan, metal_plan.GraphPlan):
-            runner = pyobjc_layer.GraphRunner(Tracked(plan, seen))
+        if isinstance(descriptor, descriptors.GraphDescriptor):
+            runner = pyobjc_layer.GraphRunner(Tracked(descriptor, seen))
             w, b, x = inputs
             runner.run(x, pyobjc_layer.resident(w), pyobjc_layer.resident(b))
         else:
             w, b, x = inputs
-            tracked = Tracked(plan, seen)
+            tracked = Tracked(descriptor, seen)
             pyobjc_layer.CnnRunner(tracked, w, b).run(x)
     return log, seen
 
@@ -471,17 +535,18 @@ def graph_case(case):
     g = geometry_of(case)
     x, w, b = case.arrays()
     dtype = case.result_dtype
-    plan = metal_plan.graph_plan(g, dtype, b is not None)
-    return plan, (metal_plan.graph_weights(w, dtype), metal_plan.graph_bias(b, g.out_channels, dtype),
-                  np.ascontiguousarray(x, dtype))
+    descriptor = descriptors.graph_descriptor(g, dtype, b is not None)
+    return descriptor, (descriptors.graph_weights(w, dtype), descriptors.graph_bias(b, g.out_channels, dtype),
+                        np.ascontiguousarray(x, dtype))
 
 
 def cnn_case(case, force_direct=False):
     g = geometry_of(case)
     x, w, b = case.arrays()
-    plan = metal_plan.cnn_plan(g, case.result_dtype, b is not None, force_direct=force_direct)
-    return plan, (metal_plan.cnn_weights(plan, w, g.groups), metal_plan.cnn_bias(plan, b, g.out_channels),
-                  np.ascontiguousarray(x, case.result_dtype))
+    descriptor = descriptors.cnn_descriptor(g, case.result_dtype, b is not None, force_direct=force_direct)
+    return descriptor, (descriptors.cnn_weights(descriptor, w, g.groups),
+                        descriptors.cnn_bias(descriptor, b, g.out_channels),
+                        np.ascontiguousarray(x, case.result_dtype))
 
 
 def test_pyobjc_layer_graph_consumes_every_field():
@@ -491,7 +556,7 @@ def test_pyobjc_layer_graph_consumes_every_field():
     assert transpose.tail_padding != (0, 0)
     log, s = run_layer(transpose, inputs)
     seen |= s
-    d = transpose.descriptor
+    d = transpose.convolution
     factory = "descriptorWithStrideInX_strideInY_dilationRateInX_dilationRateInY_groups_paddingLeft_" \
               "paddingRight_paddingTop_paddingBottom_paddingStyle_dataLayout_weightsLayout_"
     assert calls(log, factory) == [tuple(getattr(d, f.name) for f in dataclasses.fields(d))]
@@ -521,8 +586,8 @@ def test_pyobjc_layer_graph_consumes_every_field():
     seen |= s
     assert calls(log, "constantWithScalar_shape_dataType_") == [(0.0, list(empty.result_shape),
                                                                  empty.compute_data_type)]
-    missing = leaves(metal_plan.GraphPlan) - seen
-    assert not missing, f"GraphPlan fields never read by pyobjc_layer: {sorted(missing)}"
+    missing = leaves(descriptors.GraphDescriptor) - seen
+    assert not missing, f"GraphDescriptor fields never read by pyobjc_layer: {sorted(missing)}"
 
 
 def test_pyobjc_layer_cnn_consumes_every_field():
@@ -530,10 +595,10 @@ def test_pyobjc_layer_cnn_consumes_every_field():
     transpose, inputs = cnn_case(Case(dtype="float32", op="t", c_in=4, c_out=8, stride=2, padding=1, output_padding=1,
                                       n=2))
     stage = transpose.stage
-    assert isinstance(stage, metal_plan.CnnKernelPlan)
+    assert isinstance(stage, descriptors.CnnKernelDescriptor)
     log, s = run_layer(transpose, inputs)
     seen |= {p.removeprefix("stage.") for p in s}
-    d = stage.descriptor
+    d = stage.convolution
     factory = "cnnConvolutionDescriptorWithKernelWidth_kernelHeight_inputFeatureChannels_outputFeatureChannels_"
     assert calls(log, factory) == [(d.kernel_width, d.kernel_height, d.input_feature_channels,
                                     d.output_feature_channels)]
@@ -571,17 +636,17 @@ def test_pyobjc_layer_cnn_consumes_every_field():
     assert calls(log, "MTLSizeMake") == [(-(-stage.threads // stage.threads_per_threadgroup), 1, 1),
                                          (stage.threads_per_threadgroup, 1, 1)]
 
-    missing = leaves(metal_plan.CnnKernelPlan) - seen
-    assert not missing, f"CnnKernelPlan fields never read by pyobjc_layer: {sorted(missing)}"
-    missing = leaves(metal_plan.DirectKernelPlan) - direct_seen
-    assert not missing, f"DirectKernelPlan fields never read by pyobjc_layer: {sorted(missing)}"
+    missing = leaves(descriptors.CnnKernelDescriptor) - seen
+    assert not missing, f"CnnKernelDescriptor fields never read by pyobjc_layer: {sorted(missing)}"
+    missing = leaves(descriptors.DirectKernelDescriptor) - direct_seen
+    assert not missing, f"DirectKernelDescriptor fields never read by pyobjc_layer: {sorted(missing)}"
     assert "result_shape" in seen
 
 
 def test_pyobjc_layer_compiles():
     import py_compile
 
-    for name in ("pyobjc_layer.py", "backend.py", "plan.py", "executors.py", "__init__.py"):
+    for name in ("pyobjc_layer.py", "backend.py", "descriptors.py", "executors.py", "__init__.py"):
         py_compile.compile(str(resources.files("fastdeconv.metal").joinpath(name)), doraise=True)
 
 
@@ -660,10 +725,10 @@ def test_msl_source_on_cpu(msl_on_cpu, case):
     x, w, b = case.arrays()
     g = case.geometry(x, w)
     dtype = case.result_dtype
-    plan = metal_plan.cnn_plan(g, dtype, b is not None, force_direct=True)
-    wd, bd = metal_plan.cnn_weights(plan, w, g.groups), metal_plan.cnn_bias(plan, b, g.out_channels)
-    y = run_msl_on_cpu(msl_on_cpu, plan.stage, np.ascontiguousarray(x, dtype), wd, bd)
-    check_against_cpu(case, y, function=plan.stage.function)
-    transcribed = executors.run_cnn(plan, np.ascontiguousarray(x, dtype), wd, bd)
+    descriptor = descriptors.cnn_descriptor(g, dtype, b is not None, force_direct=True)
+    wd, bd = descriptors.cnn_weights(descriptor, w, g.groups), descriptors.cnn_bias(descriptor, b, g.out_channels)
+    y = run_msl_on_cpu(msl_on_cpu, descriptor.stage, np.ascontiguousarray(x, dtype), wd, bd)
+    check_against_cpu(case, y, function=descriptor.stage.function)
+    transcribed = executors.run_cnn(descriptor, np.ascontiguousarray(x, dtype), wd, bd)
     assert np.allclose(y.astype(np.float64), transcribed.astype(np.float64), rtol=1e-6 if dtype == F32 else 1e-3), \
         "the Python transcription and the compiled MSL disagree"
