@@ -41,8 +41,8 @@ def config() -> dict:
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
         "workspace_bound": (
             f"per thread: col2im column buffer max({_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, one input row's "
-            f"W*kH*kW*C_out/groups elements); phase/im2col indirection chunk*(kH*kW+1) pointers, chunk <= 1536 "
-            f"output pixels; depthwise none"
+            f"W*kH*kW*C_out/groups elements); phase/im2col indirection chunk*(kH*kW+1) pointers, chunk <= "
+            f"{_cpu.GEMM_CHUNK_MAX_PIXELS} output pixels; depthwise none"
         ),
     }
 

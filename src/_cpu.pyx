@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The Cython shim between the Python API and the C kernels in src/.
 
-It owns allocation (packed weights, per-thread workspace), errors, the GIL
-(released around every kernel call) and threading: the output is cut into
-disjoint bands of rows, and an OpenMP ``prange`` hands the bands to threads.
-Each C kernel is single-threaded; nothing here nests threads.
+It reads the algorithm table (src/algorithms.c, protocol in src/algorithm.h) by
+name and owns what the C side does not: allocation (the packed-weight blob, the
+per-thread workspace), errors, the GIL (released around every kernel call) and
+threading: an algorithm cuts the output into disjoint tasks, and an OpenMP
+``prange`` hands them to threads. Each C kernel is single-threaded; nothing
+here nests threads. Nothing here depends on which algorithm runs.
 
 Callers pass C-contiguous arrays of the compute dtype (float32 or float64) and
 a resolved :class:`fastdeconv._params.ConvGeometry`; the Python layer has
@@ -39,13 +41,6 @@ cdef extern from "conv_geometry.h" nogil:
         Py_ssize_t groups
 
 cdef extern from "gemm.h" nogil:
-    enum: FD_GEMM_COLUMN_ALIGN
-    size_t fd_sgemm_packed_size(size_t K, size_t N)
-    size_t fd_dgemm_packed_size(size_t K, size_t N)
-    void fd_sgemm_pack_b(size_t K, size_t N, const float *b, Py_ssize_t stride_k, Py_ssize_t stride_n, float *packed)
-    void fd_dgemm_pack_b(size_t K, size_t N, const double *b, Py_ssize_t stride_k, Py_ssize_t stride_n, double *packed)
-    void fd_sgemm_pack_b_rows(size_t K, size_t N, const float *const *rows, float *packed)
-    void fd_dgemm_pack_b_rows(size_t K, size_t N, const double *const *rows, double *packed)
     int fd_gemm_isa_supported(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
