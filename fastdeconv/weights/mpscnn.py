@@ -20,7 +20,7 @@ from .. import _params
 from .layouts import transposed_by_group
 
 __all__ = [
-    "to_mpscnn_transpose", "MPSCNNTransposeParams", "mpscnn_transpose_params",
+    "to_mpscnn_transpose", "MPSCNNKernelParams", "MPSCNNTransposeParams", "mpscnn_transpose_params",
     "MPSCNNConvolutionParams", "mpscnn_conv_params", "MPSCNNUnsupportedError",
 ]
 
@@ -69,18 +69,16 @@ def _check_mpscnn_groups(in_channels, out_channels, groups, layer):
 
 
 @dataclass(frozen=True)
-class MPSCNNTransposeParams:
-    """Settings that make MPSCNNConvolutionTranspose compute :func:`fastdeconv.conv_transpose2d`.
+class MPSCNNKernelParams:
+    """What MPSCNNConvolution and MPSCNNConvolutionTranspose are both given, in MPS's x (width) / y
+    (height) naming.
 
-    Set ``kernelOffsetX/Y`` on the kernel, ``offset`` = (offset_x, offset_y, 0) (MPSCNNKernel),
-    ``edgeMode`` = MPSImageEdgeModeZero, allocate the destination MPSImage with
-    destination_width × destination_height, and give the data source's MPSCNNConvolutionDescriptor
-    kernelWidth/Height, strideInPixelsX/Y, dilationRateX/Y and groups. The weights come from
-    :func:`to_mpscnn_transpose`. Fields are in MPS's x (width) / y (height) naming.
+    Set ``offset`` = (offset_x, offset_y, 0) on the kernel (MPSCNNKernel), ``edgeMode`` =
+    MPSImageEdgeModeZero, allocate the destination MPSImage with destination_width × destination_height,
+    and give the data source's descriptor kernelWidth/Height, strideInPixelsX/Y, dilationRateX/Y and
+    groups. source_height × source_width is the source MPSImage's size.
     """
 
-    kernel_offset_x: int
-    kernel_offset_y: int
     offset_x: int
     offset_y: int
     destination_height: int
@@ -95,6 +93,30 @@ class MPSCNNTransposeParams:
     groups: int
     source_height: int
     source_width: int
+
+
+@dataclass(frozen=True)
+class MPSCNNTransposeParams(MPSCNNKernelParams):
+    """Settings that make MPSCNNConvolutionTranspose compute :func:`fastdeconv.conv_transpose2d`.
+
+    The shared settings (:class:`MPSCNNKernelParams`) plus ``kernelOffsetX/Y``; the weights come from
+    :func:`to_mpscnn_transpose`.
+    """
+
+    kernel_offset_x: int
+    kernel_offset_y: int
+
+
+@dataclass(frozen=True)
+class MPSCNNConvolutionParams(MPSCNNKernelParams):
+    """Settings that make MPSCNNConvolution compute :func:`fastdeconv.conv2d` (weights: ours, OHWI, as-is).
+
+    ``depthwise``: build the data source's descriptor as an MPSCNNDepthWiseConvolutionDescriptor with
+    groups = 1 (C_in = C_out = our groups; its weights "Weights [ outputFeatureChannels ] [kH] [kW]" are our
+    (C_out, kH, kW, 1) array).
+    """
+
+    depthwise: bool
 
 
 def _resolve_with_channels(transposed, input_hw, kernel_hw, groups, in_channels, out_channels, resolve):
@@ -117,6 +139,24 @@ def _resolve_with_channels(transposed, input_hw, kernel_hw, groups, in_channels,
     else:
         w_shape = (out_channels, *kernel_hw, in_channels // groups)
     return resolve(x_shape, w_shape)
+
+
+def _extents_and_pads(geometry):
+    """(kd, pad_begin) for the y and x axes of a resolved geometry, kd the dilated kernel extent."""
+    return [(d * (k - 1) + 1, pad_begin)
+            for k, d, (pad_begin, _) in zip(geometry.kernel_hw, geometry.dilation, geometry.pad)]
+
+
+def _shared_fields(geometry, offset_yx) -> dict:
+    """The :class:`MPSCNNKernelParams` fields of a resolved geometry, given the kernel's offset."""
+    return dict(
+        offset_x=offset_yx[1], offset_y=offset_yx[0],
+        destination_height=geometry.output_hw[0], destination_width=geometry.output_hw[1], edge_mode="zero",
+        stride_x=geometry.stride[1], stride_y=geometry.stride[0],
+        dilation_x=geometry.dilation[1], dilation_y=geometry.dilation[0],
+        kernel_width=geometry.kernel_hw[1], kernel_height=geometry.kernel_hw[0], groups=geometry.groups,
+        source_height=geometry.input_hw[0], source_width=geometry.input_hw[1],
+    )
 
 
 def mpscnn_transpose_params(input_hw, kernel_hw, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
@@ -160,45 +200,9 @@ def mpscnn_transpose_params(input_hw, kernel_hw, stride=1, padding=0, output_pad
         lambda x_shape, w_shape: _params.resolve_conv_transpose2d(
             x_shape, w_shape, stride, padding, output_padding, dilation, groups, output_size))
     _check_mpscnn_groups(geometry.in_channels, geometry.out_channels, geometry.groups, "MPSCNNConvolutionTranspose")
-    kernel_offsets = []
-    for k, d, (pad_begin, _) in zip(geometry.kernel_hw, geometry.dilation, geometry.pad):
-        extent = d * (k - 1) + 1
-        kernel_offsets.append((extent >> 1) - (extent - 1) + pad_begin)
-    return MPSCNNTransposeParams(
-        kernel_offset_x=kernel_offsets[1], kernel_offset_y=kernel_offsets[0], offset_x=0, offset_y=0,
-        destination_height=geometry.output_hw[0], destination_width=geometry.output_hw[1], edge_mode="zero",
-        stride_x=geometry.stride[1], stride_y=geometry.stride[0],
-        dilation_x=geometry.dilation[1], dilation_y=geometry.dilation[0],
-        kernel_width=geometry.kernel_hw[1], kernel_height=geometry.kernel_hw[0], groups=geometry.groups,
-        source_height=geometry.input_hw[0], source_width=geometry.input_hw[1],
-    )
-
-
-@dataclass(frozen=True)
-class MPSCNNConvolutionParams:
-    """Settings that make MPSCNNConvolution compute :func:`fastdeconv.conv2d` (weights: ours, OHWI, as-is).
-
-    ``offset`` = (offset_x, offset_y, 0), ``edgeMode`` zero, destination_width × destination_height.
-    ``depthwise``: build the data source's descriptor as an MPSCNNDepthWiseConvolutionDescriptor with
-    groups = 1 (C_in = C_out = our groups; its weights "Weights [ outputFeatureChannels ] [kH] [kW]" are our
-    (C_out, kH, kW, 1) array).
-    """
-
-    offset_x: int
-    offset_y: int
-    destination_height: int
-    destination_width: int
-    edge_mode: str
-    stride_x: int
-    stride_y: int
-    dilation_x: int
-    dilation_y: int
-    kernel_width: int
-    kernel_height: int
-    groups: int
-    depthwise: bool
-    source_height: int
-    source_width: int
+    kernel_offsets = [(kd >> 1) - (kd - 1) + pad_begin for kd, pad_begin in _extents_and_pads(geometry)]
+    return MPSCNNTransposeParams(kernel_offset_x=kernel_offsets[1], kernel_offset_y=kernel_offsets[0],
+                                 **_shared_fields(geometry, (0, 0)))
 
 
 def mpscnn_conv_params(input_hw, kernel_hw, stride=1, padding=0, dilation=1, groups=1, *,
@@ -219,13 +223,5 @@ def mpscnn_conv_params(input_hw, kernel_hw, stride=1, padding=0, dilation=1, gro
     depthwise = geometry.groups > 1 and geometry.in_channels == geometry.out_channels == geometry.groups
     if not depthwise:
         _check_mpscnn_groups(geometry.in_channels, geometry.out_channels, geometry.groups, "MPSCNNConvolution")
-    offsets = [((d * (k - 1) + 1) >> 1) - pad_begin
-               for k, d, (pad_begin, _) in zip(geometry.kernel_hw, geometry.dilation, geometry.pad)]
-    return MPSCNNConvolutionParams(
-        offset_x=offsets[1], offset_y=offsets[0],
-        destination_height=geometry.output_hw[0], destination_width=geometry.output_hw[1], edge_mode="zero",
-        stride_x=geometry.stride[1], stride_y=geometry.stride[0],
-        dilation_x=geometry.dilation[1], dilation_y=geometry.dilation[0],
-        kernel_width=geometry.kernel_hw[1], kernel_height=geometry.kernel_hw[0], groups=geometry.groups,
-        depthwise=depthwise, source_height=geometry.input_hw[0], source_width=geometry.input_hw[1],
-    )
+    offsets = [(kd >> 1) - pad_begin for kd, pad_begin in _extents_and_pads(geometry)]
+    return MPSCNNConvolutionParams(depthwise=depthwise, **_shared_fields(geometry, offsets))
