@@ -143,7 +143,7 @@ def _resolve_with_channels(transposed, input_hw, kernel_hw, groups, in_channels,
 
 def _extents_and_pads(geometry):
     """(kd, pad_begin) for the y and x axes of a resolved geometry, kd the dilated kernel extent."""
-    return [(d * (k - 1) + 1, pad_begin)
+    return [(_params.kernel_extent(k, d), pad_begin)
             for k, d, (pad_begin, _) in zip(geometry.kernel_hw, geometry.dilation, geometry.pad)]
 
 
