@@ -210,9 +210,9 @@ def _unique_name(raw, taken):
     """A file-name-safe layer name whose files (NAME_*.dat and NAME_mpscnn_*.dat) are nobody else's."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip(".") or "layer"
     candidate, suffix = name, 2
-    while candidate in taken or f"{candidate}_mpscnn" in taken:
+    while candidate in taken or _mpscnn_name(candidate) in taken:
         candidate, suffix = f"{name}_{suffix}", suffix + 1
-    taken.update((candidate, f"{candidate}_mpscnn"))
+    taken.update((candidate, _mpscnn_name(candidate)))
     return candidate
 
 
@@ -243,7 +243,7 @@ class _Graph:
     def __init__(self, model, path):
         from onnx import numpy_helper
 
-        self.path, self.model, self.graph = path, model, model.graph
+        self.path, self.graph = path, model.graph
         self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
         for node in self.graph.node:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
@@ -408,8 +408,206 @@ def _conv_arguments(graph, node, transposed, input_hw, kernel_hw, in_channels, w
 
 
 # --------------------------------------------------------------------------------------------------------
-# One layer
+# One layer: resolve, fold, write, verify, describe
 # --------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Layer:
+    """One conv chain, resolved: our weight and bias (BatchNorm folded in), conv(_transpose)2d's keyword
+    arguments and the geometry they give, and the MPSCNN settings (or why MPSCNN cannot express it)."""
+
+    name: str
+    chain: _Chain
+    arguments: dict
+    weight: np.ndarray
+    bias: np.ndarray
+    batchnorm: dict | None          # the folded BatchNormalization's parameters
+    geometry: _params.ConvGeometry
+    mpscnn_settings: weights.MPSCNNTransposeParams | weights.MPSCNNConvolutionParams | None
+    mpscnn_reason: str | None
+
+    @property
+    def transposed(self) -> bool:
+        return self.geometry.transposed
+
+    @property
+    def kind(self) -> str:
+        return "conv_transpose2d" if self.transposed else "conv2d"
+
+
+def _convert_layer(graph, chain, name, directory, seed) -> LayerResult:
+    """Resolve and fold one chain, write its files into ``directory`` and verify them."""
+    layer = _resolve_layer(graph, chain, name)
+    files = _write_files(layer, directory)
+    errors = _verify(graph, layer, directory, seed)
+    g = layer.geometry
+    return LayerResult(name, layer.kind, g.input_shape, g.output_shape, tuple(layer.weight.shape), *errors,
+                       _manifest_entry(graph, layer, files, *errors))
+
+
+def _resolve_layer(graph, chain, name) -> _Layer:
+    """Read the conv node, map its attributes, fold the BatchNormalization, resolve the geometry."""
+    node = chain.conv
+    transposed = _CONV_OPS[node.op_type]
+    weight, onnx_bias, in_channels, input_hw = _read_conv(graph, node, transposed)
+    arguments = _conv_arguments(graph, node, transposed, input_hw, weight.shape[1:3], in_channels, weight.shape)
+    groups = arguments["groups"]
+    out_channels = weight.shape[3] * groups if transposed else weight.shape[0]
+    bias = np.zeros(out_channels, np.float32) if onnx_bias is None else onnx_bias.astype(np.float32)
+    weight, bias, batchnorm = _fold_batchnorm(graph, chain.batchnorm, weight, bias, transposed, groups)
+    geometry = _geometry(graph, node, (1, *input_hw, in_channels), weight.shape, arguments)
+    return _Layer(name, chain, arguments, weight, bias, batchnorm, geometry, *_mpscnn_settings(geometry, arguments))
+
+
+def _read_conv(graph, node, transposed):
+    """(weight in our layout as float32, the ONNX bias or None, C_in, (H, W) of the input)."""
+    text = graph.describe(node)
+    onnx_weight = graph.constant(node, 1, "weight")
+    if onnx_weight is None or onnx_weight.ndim != 4:
+        raise ConversionError(f"{text}: weight shape {None if onnx_weight is None else onnx_weight.shape} -- "
+                              "only 2-D convolutions (4-D weights) are supported")
+    onnx_bias = graph.constant(node, 2, "bias")
+    input_shape = graph.shapes.get(node.input[0])
+    if input_shape is None or len(input_shape) != 4 or any(v is None for v in input_shape[1:]):
+        raise ConversionError(f"{text}: the input {node.input[0]!r} needs a static NCHW shape "
+                              f"(C, H, W known), got {input_shape}")
+    weight = weights.from_onnx(onnx_weight.astype(np.float32), transposed=transposed)
+    return weight, onnx_bias, input_shape[1], tuple(input_shape[2:])
+
+
+def _fold_batchnorm(graph, batchnorm_node, weight, bias, transposed, groups):
+    """(weight, bias, BatchNorm parameters) with the BatchNormalization folded in; (weight, bias, None)
+    without one."""
+    if batchnorm_node is None:
+        return weight, bias, None
+    parameters = _batchnorm_parameters(graph, batchnorm_node)
+    try:
+        weight, bias = weights.fold_batchnorm(weight, bias, **parameters, transposed=transposed, groups=groups)
+    except ValueError as error:
+        raise ConversionError(f"{graph.describe(batchnorm_node)}: {error}") from None
+    return weight, bias, parameters
+
+
+def _geometry(graph, node, x_shape, w_shape, arguments):
+    """The layer's geometry from fastdeconv._params, which validates everything; its message (which
+    repeats the values) is prefixed with the node."""
+    resolve = _params.resolve_conv_transpose2d if _CONV_OPS[node.op_type] else _params.resolve_conv2d
+    try:
+        return resolve(x_shape, w_shape, **arguments)
+    except ValueError as error:
+        raise ConversionError(f"{graph.describe(node)}: {error}") from None
+
+
+def _mpscnn_settings(geometry, arguments):
+    """(the MPSCNN kernel's settings, None), or (None, why MPSCNN cannot express the layer)."""
+    make = weights.mpscnn_transpose_params if geometry.transposed else weights.mpscnn_conv_params
+    try:
+        return make(geometry.input_hw, geometry.kernel_hw, **arguments,
+                    in_channels=geometry.in_channels, out_channels=geometry.out_channels), None
+    except weights.MPSCNNUnsupportedError as error:
+        return None, str(error)
+
+
+def _mpscnn_name(name) -> str:
+    """The save_mps name of a transposed layer's MPSCNN weight (NAME_mpscnn_weight.dat)."""
+    return f"{name}_mpscnn"
+
+
+def _mpscnn_weight_shape(geometry) -> tuple:
+    """MPSCNN's weight layout for both kernels: (C_out, kH, kW, C_in/groups)."""
+    return (geometry.out_channels, *geometry.kernel_hw, geometry.in_per_group)
+
+
+def _write_files(layer, directory) -> dict:
+    """Save the layer's .dat files; the manifest's "files": role -> file name."""
+    weight_path, bias_path = weights.save_mps(directory, layer.name, layer.weight, layer.bias)
+    files = {"weight": weight_path.name, "bias": bias_path.name}
+    if layer.transposed:
+        mpscnn_weight = weights.to_mpscnn_transpose(layer.weight, layer.geometry.groups)
+        (mpscnn_path,) = weights.save_mps(directory, _mpscnn_name(layer.name), mpscnn_weight)
+        files["mpscnn_weight"] = mpscnn_path.name
+    return files
+
+
+def _verify(graph, layer, directory, seed):
+    """(max error of fastdeconv, of the MPSCNN model or None, tolerance) on one random input.
+
+    Both run on the files as written, against onnx's reference evaluator on the original node(s).
+    """
+    g = layer.geometry
+    x_nchw = np.random.default_rng(seed).standard_normal((1, g.in_channels, *g.input_hw)).astype(np.float32)
+    expected = _onnx_reference(graph, layer.chain, layer.arguments, x_nchw).transpose(0, 2, 3, 1).astype(np.float64)
+    x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
+    saved_weight, saved_bias = weights.load_mps(directory, layer.name, layer.weight.shape)
+    run = conv_transpose2d if layer.transposed else conv2d
+    error_fastdeconv = _max_error(run(x, saved_weight, saved_bias, **layer.arguments), expected)
+    error_mpscnn = None
+    if layer.mpscnn_settings is not None:
+        error_mpscnn = _max_error(_run_mpscnn_model(layer, directory, x, saved_weight, saved_bias), expected)
+    tolerance = RELATIVE_TOLERANCE * max(1.0, float(np.abs(expected).max()))
+    return error_fastdeconv, error_mpscnn, tolerance
+
+
+def _run_mpscnn_model(layer, directory, x, saved_weight, saved_bias) -> np.ndarray:
+    """The MPSCNN numpy model with the weight MPSCNN is given: NAME_mpscnn_weight.dat for the transpose,
+    the layer's own (OHWI) weight for the convolution."""
+    if not layer.transposed:
+        return mpscnn_model.convolution(x, saved_weight, layer.mpscnn_settings, saved_bias)
+    mps_weight, _ = weights.load_mps(directory, _mpscnn_name(layer.name), _mpscnn_weight_shape(layer.geometry))
+    return mpscnn_model.convolution_transpose(x, mps_weight, layer.mpscnn_settings, saved_bias)
+
+
+def _max_error(actual, expected) -> float:
+    if actual.shape != expected.shape:
+        return float("inf")
+    return float(np.abs(actual.astype(np.float64) - expected).max())
+
+
+def _manifest_entry(graph, layer, files, error_fastdeconv, error_mpscnn, tolerance) -> dict:
+    """The layer's entry in manifest.json (see the module docstring)."""
+    g, node, transposed = layer.geometry, layer.chain.conv, layer.transposed
+    return {
+        "name": layer.name,
+        "kind": layer.kind,
+        "onnx_node": node.name,
+        "onnx_op": node.op_type,
+        "input_shape_nhwc": list(g.input_shape),
+        "output_shape_nhwc": list(g.output_shape),
+        "in_channels": g.in_channels,
+        "out_channels": g.out_channels,
+        "kernel_hw": list(g.kernel_hw),
+        "stride": list(g.stride),
+        "padding": [list(p) for p in g.pad],
+        "dilation": list(g.dilation),
+        "groups": g.groups,
+        "output_padding": list(g.output_padding) if transposed else None,
+        "weight_shape": list(layer.weight.shape),
+        "weight_layout": "(C_in, kH, kW, C_out/groups)" if transposed else "(C_out, kH, kW, C_in/groups)",
+        "files": files,
+        "mpscnn": _mpscnn_entry(layer),
+        "mpscnn_unsupported_reason": layer.mpscnn_reason,
+        "batchnorm": _batchnorm_entry(layer.chain.batchnorm, layer.batchnorm),
+        "activation": _activation_entry(graph, layer.chain.activation),
+        "max_error": {"fastdeconv": error_fastdeconv, "mpscnn_model": error_mpscnn, "tolerance": tolerance},
+    }
+
+
+def _mpscnn_entry(layer):
+    if layer.mpscnn_settings is None:
+        return None
+    entry = {"class": "MPSCNNConvolutionTranspose" if layer.transposed else "MPSCNNConvolution"}
+    entry.update(vars(layer.mpscnn_settings))
+    entry["weight_shape"] = list(_mpscnn_weight_shape(layer.geometry))
+    entry["weight_file"] = "mpscnn_weight" if layer.transposed else "weight"
+    return entry
+
+
+def _batchnorm_entry(node, parameters):
+    if node is None:
+        return None
+    # The float32 that ONNX stores, written as its shortest decimal: 1e-05, not 9.999999747378752e-06.
+    return {"node": node.name, "epsilon": float(str(np.float32(parameters["eps"]))), "folded": True}
+
 
 def _activation_entry(graph, node):
     if node is None:
@@ -441,127 +639,6 @@ def _batchnorm_parameters(graph, node):
     return {"gamma": gamma, "beta": beta, "mean": mean, "var": var, "eps": float(attrs.get("epsilon", 1e-5))}
 
 
-def _convert_layer(graph, chain, name, directory, seed) -> LayerResult:
-    node = chain.conv
-    text = graph.describe(node)
-    transposed = _CONV_OPS[node.op_type]
-    onnx_weight = graph.constant(node, 1, "weight")
-    if onnx_weight is None or onnx_weight.ndim != 4:
-        raise ConversionError(f"{text}: weight shape {None if onnx_weight is None else onnx_weight.shape} -- "
-                              "only 2-D convolutions (4-D weights) are supported")
-    onnx_bias = graph.constant(node, 2, "bias")
-    input_shape = graph.shapes.get(node.input[0])
-    if input_shape is None or len(input_shape) != 4 or any(v is None for v in input_shape[1:]):
-        raise ConversionError(f"{text}: the input {node.input[0]!r} needs a static NCHW shape "
-                              f"(C, H, W known), got {input_shape}")
-    in_channels, input_hw = input_shape[1], tuple(input_shape[2:])
-    weight = weights.from_onnx(onnx_weight.astype(np.float32), transposed=transposed)
-    kernel_hw = weight.shape[1:3]
-    arguments = _conv_arguments(graph, node, transposed, input_hw, kernel_hw, in_channels, weight.shape)
-    groups = arguments["groups"]
-    out_channels = weight.shape[3] * groups if transposed else weight.shape[0]
-
-    bias = np.zeros(out_channels, np.float32) if onnx_bias is None else onnx_bias.astype(np.float32)
-    batchnorm = None
-    if chain.batchnorm is not None:
-        batchnorm = _batchnorm_parameters(graph, chain.batchnorm)
-        try:
-            weight, bias = weights.fold_batchnorm(weight, bias, **batchnorm, transposed=transposed, groups=groups)
-        except ValueError as error:
-            raise ConversionError(f"{graph.describe(chain.batchnorm)}: {error}") from None
-
-    # Geometry and MPSCNN settings (fastdeconv._params validates everything, messages repeat the values).
-    x_shape = (1, *input_hw, in_channels)
-    try:
-        if transposed:
-            geometry = _params.resolve_conv_transpose2d(x_shape, weight.shape, **arguments)
-        else:
-            geometry = _params.resolve_conv2d(x_shape, weight.shape, **arguments)
-    except ValueError as error:
-        raise ConversionError(f"{text}: {error}") from None
-    mpscnn_settings, mpscnn_reason = None, None
-    try:
-        if transposed:
-            mpscnn_settings = weights.mpscnn_transpose_params(
-                input_hw, kernel_hw, **arguments, in_channels=in_channels, out_channels=out_channels)
-        else:
-            mpscnn_settings = weights.mpscnn_conv_params(
-                input_hw, kernel_hw, **arguments, in_channels=in_channels, out_channels=out_channels)
-    except weights.MPSCNNUnsupportedError as error:
-        mpscnn_reason = str(error)
-
-    files = {"weight": f"{name}_weight.dat", "bias": f"{name}_bias.dat"}
-    weights.save_mps(directory, name, weight, bias)
-    if transposed:
-        weights.save_mps(directory, f"{name}_mpscnn", weights.to_mpscnn_transpose(weight, groups))
-        files["mpscnn_weight"] = f"{name}_mpscnn_weight.dat"
-
-    # Verification: the files as written, against onnx's reference evaluator on the original node(s).
-    rng = np.random.default_rng(seed)
-    x_nchw = rng.standard_normal((1, in_channels, *input_hw)).astype(np.float32)
-    expected = _onnx_reference(graph, chain, arguments, x_nchw).transpose(0, 2, 3, 1).astype(np.float64)
-    x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
-    saved_weight, saved_bias = weights.load_mps(directory, name, weight.shape)
-    run = conv_transpose2d if transposed else conv2d
-    actual = run(x, saved_weight, saved_bias, **arguments)
-    tolerance = RELATIVE_TOLERANCE * max(1.0, float(np.abs(expected).max()))
-    error_fastdeconv = _max_error(actual, expected)
-    error_mpscnn = None
-    if mpscnn_settings is not None:
-        if transposed:
-            mps_weight, _ = weights.load_mps(directory, f"{name}_mpscnn", (out_channels, *kernel_hw,
-                                                                          in_channels // groups))
-            modelled = mpscnn_model.convolution_transpose(x, mps_weight, mpscnn_settings, saved_bias)
-        else:
-            modelled = mpscnn_model.convolution(x, saved_weight, mpscnn_settings, saved_bias)
-        error_mpscnn = _max_error(modelled, expected)
-
-    kind = "conv_transpose2d" if transposed else "conv2d"
-    manifest = {
-        "name": name,
-        "kind": kind,
-        "onnx_node": node.name,
-        "onnx_op": node.op_type,
-        "input_shape_nhwc": list(geometry.input_shape),
-        "output_shape_nhwc": list(geometry.output_shape),
-        "in_channels": in_channels,
-        "out_channels": out_channels,
-        "kernel_hw": list(kernel_hw),
-        "stride": list(geometry.stride),
-        "padding": [list(p) for p in geometry.pad],
-        "dilation": list(geometry.dilation),
-        "groups": groups,
-        "output_padding": list(geometry.output_padding) if transposed else None,
-        "weight_shape": list(weight.shape),
-        "weight_layout": "(C_in, kH, kW, C_out/groups)" if transposed else "(C_out, kH, kW, C_in/groups)",
-        "files": files,
-        "mpscnn": _mpscnn_entry(mpscnn_settings, transposed, out_channels, kernel_hw, in_channels // groups),
-        "mpscnn_unsupported_reason": mpscnn_reason,
-        "batchnorm": None if batchnorm is None else {
-            "node": chain.batchnorm.name, "epsilon": float(str(np.float32(batchnorm["eps"]))), "folded": True},
-        "activation": _activation_entry(graph, chain.activation),
-        "max_error": {"fastdeconv": error_fastdeconv, "mpscnn_model": error_mpscnn, "tolerance": tolerance},
-    }
-    return LayerResult(name, kind, geometry.input_shape, geometry.output_shape, tuple(weight.shape),
-                       error_fastdeconv, error_mpscnn, tolerance, manifest)
-
-
-def _max_error(actual, expected) -> float:
-    if actual.shape != expected.shape:
-        return float("inf")
-    return float(np.abs(actual.astype(np.float64) - expected).max())
-
-
-def _mpscnn_entry(settings, transposed, out_channels, kernel_hw, in_per_group):
-    if settings is None:
-        return None
-    entry = {"class": "MPSCNNConvolutionTranspose" if transposed else "MPSCNNConvolution"}
-    entry.update({key: value for key, value in vars(settings).items()})
-    entry["weight_shape"] = [out_channels, *kernel_hw, in_per_group]
-    entry["weight_file"] = "mpscnn_weight" if transposed else "weight"
-    return entry
-
-
 # --------------------------------------------------------------------------------------------------------
 # The ONNX side of the verification
 # --------------------------------------------------------------------------------------------------------
@@ -582,8 +659,8 @@ def _onnx_reference(graph, chain, arguments, x_nchw) -> np.ndarray:
     node = chain.conv
     initializers, nodes = [], []
 
-    def constant(name, value):
-        initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+    def constant(name, value, dtype=np.float32):
+        initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
     attributes = graph.attributes(node)
@@ -599,7 +676,7 @@ def _onnx_reference(graph, chain, arguments, x_nchw) -> np.ndarray:
     if node.op_type == "ConvTranspose" and groups > 1:
         attributes["group"] = 1
         slices = [f"x{g}" for g in range(groups)]
-        split = _constant_int64(initializers, "split", [x_nchw.shape[1] // groups] * groups)
+        split = constant("split", [x_nchw.shape[1] // groups] * groups, np.int64)
         nodes.append(helper.make_node("Split", ["x", split], slices, axis=1))
         in_per_group, out_per_group = weight.shape[0] // groups, weight.shape[1]
         parts = []
@@ -625,9 +702,3 @@ def _onnx_reference(graph, chain, arguments, x_nchw) -> np.ndarray:
         opset_imports=[helper.make_opsetid("", VERIFY_OPSET)])
     return np.asarray(ReferenceEvaluator(tiny).run(None, {"x": x_nchw})[0])
 
-
-def _constant_int64(initializers, name, values):
-    from onnx import numpy_helper
-
-    initializers.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-    return name

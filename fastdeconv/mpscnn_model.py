@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._params import kernel_extent
+
 __all__ = ["convolution_transpose", "convolution"]
 
 
@@ -73,7 +75,7 @@ def _correlate_centered(source, w, origin_yx, step_yx, dilation_yx, groups, dest
     firsts, pads = [], []
     for size, origin, step, d, k, dest in zip((height, width), origin_yx, step_yx, dilation_yx,
                                               (kernel_h, kernel_w), destination_hw):
-        extent = d * (k - 1) + 1
+        extent = kernel_extent(k, d)
         first = origin - (extent >> 1)                  # top/left edge of the window at oy = 0
         last = first + (dest - 1) * step + extent - 1   # bottom/right-most pixel any tap reads
         before, after = max(0, -first), max(0, last - (size - 1))

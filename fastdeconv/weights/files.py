@@ -1,0 +1,59 @@
+"""The raw ``.dat`` files an MPSCNNConvolutionDataSource reads: ``NAME_weight.dat`` and ``NAME_bias.dat``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["save_mps", "load_mps"]
+
+
+def _dat_paths(directory, name):
+    directory = Path(directory)
+    return directory / f"{name}_weight.dat", directory / f"{name}_bias.dat"
+
+
+def save_mps(directory, name, weight, bias=None):
+    """Write ``name_weight.dat`` (and ``name_bias.dat`` unless bias is None) into ``directory``.
+
+    Raw little-endian float32, C order, no header -- what ``weight.astype('<f4').tofile(path)`` writes and
+    what an MPSCNNConvolutionDataSource hands to MPS. ``weight`` must already be in the layout the app
+    expects (e.g. :func:`fastdeconv.weights.to_mpscnn_transpose`). Returns the paths written.
+    """
+    weight_path, bias_path = _dat_paths(directory, name)
+    np.ascontiguousarray(weight, dtype="<f4").tofile(weight_path)
+    written = [weight_path]
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.ndim != 1:
+            raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
+        np.ascontiguousarray(bias, dtype="<f4").tofile(bias_path)
+        written.append(bias_path)
+    elif os.path.exists(bias_path):
+        os.remove(bias_path)   # a stale bias from an earlier save would be loaded as this layer's
+    return written
+
+
+def load_mps(directory, name, weight_shape):
+    """Read what :func:`save_mps` wrote: (weight with ``weight_shape``, bias or None), float32.
+
+    Raises ValueError naming the file if its size is not ``4·prod(weight_shape)`` bytes (or, for the bias,
+    a multiple of 4).
+    """
+    weight_path, bias_path = _dat_paths(directory, name)
+    weight_shape = tuple(int(v) for v in weight_shape)
+    expected = 4 * int(np.prod(weight_shape))
+    size = os.path.getsize(weight_path)
+    if size != expected:
+        raise ValueError(f"{weight_path} has {size} bytes, but weight_shape={weight_shape} needs {expected} "
+                         "(raw float32)")
+    weight = np.fromfile(weight_path, dtype="<f4").reshape(weight_shape)
+    bias = None
+    if bias_path.exists():
+        size = os.path.getsize(bias_path)
+        if size % 4:
+            raise ValueError(f"{bias_path} has {size} bytes, not a whole number of float32 values")
+        bias = np.fromfile(bias_path, dtype="<f4")
+    return weight, bias
