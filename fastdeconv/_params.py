@@ -25,8 +25,22 @@ __all__ = [
 ]
 
 
+#: The largest stride, dilation, padding, output_padding, output_size or groups value accepted. Far
+#: beyond any real layer; it keeps every index the C kernels form (products of these with image
+#: sizes) well inside 64 bits, together with :data:`MAX_INDEX`.
+MAX_PARAMETER = 2**32
+#: The largest index span per axis, and the largest element count of the result, that a geometry may
+#: need: the C kernels compute with signed 64-bit integers and must never overflow.
+MAX_INDEX = 2**62
+
+
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_at_most(values, name: str, original) -> None:
+    if max(values) > MAX_PARAMETER:
+        raise ValueError(f"{name} must be <= 2**32 = {MAX_PARAMETER} in each dimension, got {original!r}")
 
 
 def _int_pair(value, name: str, minimum: int) -> tuple[int, int]:
@@ -43,6 +57,7 @@ def _int_pair(value, name: str, minimum: int) -> tuple[int, int]:
         pair = (int(items[0]), int(items[1]))
     if min(pair) < minimum:
         raise ValueError(f"{name} must be >= {minimum} in each dimension, got {value!r}")
+    _check_at_most(pair, name, value)
     return pair
 
 
@@ -75,6 +90,7 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
             pads = tuple((int(a), int(b)) for a, b in pads)
     if min(pads[0] + pads[1]) < 0:
         raise ValueError(f"padding must be >= 0, got {padding!r}")
+    _check_at_most(pads[0] + pads[1], "padding", padding)
     return pads
 
 
@@ -251,6 +267,31 @@ def check_groups(groups) -> None:
         raise TypeError(f"groups must be an int, got {groups!r}")
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got groups={groups}")
+    if groups > MAX_PARAMETER:
+        raise ValueError(f"groups must be <= 2**32 = {MAX_PARAMETER}, got groups={groups}")
+
+
+def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
+    """Reject a geometry whose indices could leave 64-bit arithmetic in the kernels.
+
+    Per axis, every input or output coordinate a kernel forms (iy·s − pad + ky·d and the like) lies
+    within span = (strided − 1)·s + d·(k − 1) + pad_begin + pad_end + output_padding + in + out, where
+    the strided side is the input of a transposed convolution and the output of a convolution; every
+    element offset lies within the element count of x or y. Both must stay <= MAX_INDEX.
+    """
+    axes = zip(("height", "width"), geometry.input_hw, geometry.output_hw, geometry.kernel_hw, geometry.stride,
+               geometry.dilation, geometry.pad, geometry.output_padding)
+    for name, size_in, size_out, k, s, d, (p0, p1), op in axes:
+        strided = size_in if geometry.transposed else size_out
+        span = (strided - 1) * s + d * (k - 1) + p0 + p1 + op + size_in + size_out
+        if span > MAX_INDEX:
+            raise ValueError(f"{arguments} give the {name} axis an index range of {span}, beyond the 2**62 that "
+                             "64-bit index arithmetic allows; reduce stride, dilation or padding")
+    elements = geometry.batch * geometry.output_hw[0] * geometry.output_hw[1] * geometry.out_channels
+    if elements > MAX_INDEX // 8:
+        raise ValueError(f"the result would have {elements} elements (shape {geometry.output_shape}), more than "
+                         f"2**59: {arguments}")
+    return geometry
 
 
 def _check_shapes(x_shape, w_shape, groups, transposed):
@@ -294,16 +335,21 @@ def resolve_conv_transpose2d(x_shape, w_shape, stride=1, padding=0, output_paddi
                              output_size=None) -> ConvGeometry:
     """Validate a conv_transpose2d call's shapes and parameters; x_shape may be unbatched."""
     batch, input_hw, cin, cout, kernel_hw = _check_shapes(x_shape, w_shape, groups, transposed=True)
-    stride, dilation, pads, op, out_hw = _resolve_transposed_axes(
-        input_hw, kernel_hw, stride, padding, output_padding, dilation, output_size)
-    return ConvGeometry(True, batch, input_hw, cin, cout, kernel_hw, stride, dilation, pads, op, int(groups), out_hw)
+    resolved = _resolve_transposed_axes(input_hw, kernel_hw, stride, padding, output_padding, dilation, output_size)
+    geometry = ConvGeometry(True, batch, input_hw, cin, cout, kernel_hw, resolved[0], resolved[1], resolved[2],
+                            resolved[3], int(groups), resolved[4])
+    return _check_index_range(geometry, f"input {input_hw}, kernel {kernel_hw}, stride={stride!r}, "
+                                        f"padding={padding!r}, output_padding={resolved[3]}, dilation={dilation!r}")
 
 
 def resolve_conv2d(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> ConvGeometry:
     """Validate a conv2d call's shapes and parameters; x_shape may be unbatched."""
     batch, input_hw, cin, cout, kernel_hw = _check_shapes(x_shape, w_shape, groups, transposed=False)
-    stride, dilation, pads, out_hw = _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)
-    return ConvGeometry(False, batch, input_hw, cin, cout, kernel_hw, stride, dilation, pads, (0, 0), int(groups), out_hw)
+    resolved = _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)
+    geometry = ConvGeometry(False, batch, input_hw, cin, cout, kernel_hw, resolved[0], resolved[1], resolved[2], (0, 0),
+                            int(groups), resolved[3])
+    return _check_index_range(geometry, f"input {input_hw}, kernel {kernel_hw}, stride={stride!r}, "
+                                        f"padding={padding!r}, dilation={dilation!r}")
 
 
 def conv_transpose2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, output_padding=0, dilation=1):

@@ -105,6 +105,19 @@ CASES = [
      r"weight .*complex128.*float32"),
     ("weight_uint8", C, dict(weight=np.ones((2, 3, 3, 4), dtype=np.uint8)), TypeError, r"weight .*uint8"),
     ("x_list_of_ints", T, dict(x=[[[[1, 2, 3, 4]]]]), TypeError, r"x .*int"),
+    # huge parameters: a ValueError naming the argument and the limit, never OverflowError or numpy's
+    # "array is too big" / "Maximum allowed dimension exceeded"
+    ("dilation_2_62", T, dict(dilation=2**62), ValueError, r"dilation must be <= 2\*\*32.*4611686018427387904"),
+    ("dilation_2_64", T, dict(dilation=2**64), ValueError, r"dilation must be <= 2\*\*32"),
+    ("stride_2_40", T, dict(stride=2**40), ValueError, r"stride must be <= 2\*\*32.*1099511627776"),
+    ("stride_padding_2_60", T, dict(stride=2**60, padding=2**60), ValueError, r"stride must be <= 2\*\*32"),
+    ("padding_2_63", T, dict(padding=2**63), ValueError, r"padding must be <= 2\*\*32"),
+    ("padding_pair_2_63_conv", C, dict(padding=((0, 2**63), (0, 0))), ValueError, r"padding must be <= 2\*\*32"),
+    ("output_padding_2_63", T, dict(stride=2**32, output_padding=2**63), ValueError, r"output_padding must be <= 2"),
+    ("groups_2_70", T, dict(groups=2**70), ValueError, r"groups must be <= 2\*\*32"),
+    ("output_size_2_70", T, dict(output_size=(2**70, 3)), ValueError, r"output_size must be <= 2\*\*32"),
+    ("stride_conv_2_63", C, dict(stride=2**63), ValueError, r"stride must be <= 2\*\*32"),
+    ("result_too_large", T, dict(stride=2**31), ValueError, r"result would have .* elements.*stride=2147483648"),
     # backend
     ("backend_unknown", T, dict(backend="gpu"), ValueError, r"backend.*'gpu'"),
     ("backend_unknown_conv", C, dict(backend="CPU"), ValueError, r"backend.*'CPU'"),
@@ -130,6 +143,24 @@ def _call(op, kw, backend_default):
 def test_bad_input(name, op, kw, exc, match, backend):
     with pytest.raises(exc, match=match):
         _call(op, kw, backend)
+
+
+def test_index_range_beyond_64_bits_is_rejected():
+    """Shapes only (no array that large exists): an index span past 2**62 is a ValueError naming the
+    arguments, whatever the result's size."""
+    from fastdeconv._params import resolve_conv2d, resolve_conv_transpose2d
+
+    with pytest.raises(ValueError, match=r"stride=4294967296.*height axis.*2\*\*62"):
+        resolve_conv_transpose2d((1, 2**31, 1, 1), (1, 3, 1, 1), stride=2**32)
+    with pytest.raises(ValueError, match=r"dilation=4294967296.*2\*\*62"):
+        resolve_conv2d((1, 2**62, 1, 1), (1, 3, 1, 1), dilation=2**32)
+
+
+def test_huge_parameters_in_the_layer_name_the_argument():
+    with pytest.raises(ValueError, match=r"padding must be <= 2\*\*32"):
+        fastdeconv.ConvTranspose2d(_wt(), padding=2**63)
+    with pytest.raises(ValueError, match=r"stride must be <= 2\*\*32"):
+        fastdeconv.ConvTranspose2d(_wt(), stride=2**62)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
