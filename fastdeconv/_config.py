@@ -11,15 +11,30 @@ import numpy as np
 from . import _cpu
 
 
+# The most threads a call uses: 256, or the CPU count where larger (a fixed bound, so that a
+# script's set_num_threads(n) works on every machine or on none).
+MAX_THREADS = _cpu.MAX_THREADS
+
+
 def set_num_threads(n: int) -> None:
-    """Use n threads (n >= 1) in every later call; 0 restores the default (OMP_NUM_THREADS, else all cores)."""
+    """Use n threads (1 <= n <= MAX_THREADS, 256 unless the machine has more CPUs) in every later call;
+    0 restores the default (OMP_NUM_THREADS, else all cores; capped to MAX_THREADS).
+
+    TypeError unless n is an int, ValueError outside 0..MAX_THREADS. Ctrl-C stops a running call
+    within about 0.1 s (its ``out=`` is then partly written). A process forked (``os.fork``,
+    multiprocessing's "fork" method) after its parent ran a threaded call runs single-threaded for
+    good: OpenMP's threads do not survive fork(), so there n > 1 is ignored with a RuntimeWarning.
+    Use the "forkserver" or "spawn" start method for threaded worker processes.
+    """
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {n!r}")
     _cpu.set_num_threads(n)
 
 
 def get_num_threads() -> int:
-    """Threads the next call will use (1 when built without OpenMP)."""
+    """Threads the next call will use: 1 when built without OpenMP, and 1 in a process forked after
+    its parent ran a threaded call (see set_num_threads); else set_num_threads's n or the default.
+    Calls too small to gain from threads run on one regardless."""
     return _cpu.get_num_threads()
 
 
@@ -36,6 +51,8 @@ def config() -> dict:
         "openmp": info["openmp"],
         "openmp_version": info["openmp_version"],
         "threads": get_num_threads(),
+        "max_threads": MAX_THREADS,
+        "forked_serial": _cpu.forked_serial(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "simd_paths": info["gemm_isa_supported"],
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",

@@ -8,12 +8,16 @@ threading: an algorithm cuts the output into disjoint tasks, and an OpenMP
 ``prange`` hands them to threads. Each C kernel is single-threaded; nothing
 here nests threads. Nothing here depends on which algorithm runs.
 
+Between tasks the run loop looks for Ctrl-C (``Runner.run``), and a process
+forked after this one started OpenMP threads runs serially (``get_num_threads``).
+
 Callers pass C-contiguous arrays of the compute dtype (float32 or float64) and
 a resolved :class:`fastdeconv._params.ConvGeometry`; the Python layer has
 already validated everything.
 """
 
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -28,6 +32,16 @@ cdef extern from "threads.h" nogil:
     int fd_openmp_enabled()
     int fd_omp_max_threads()
     int fd_omp_version()
+    int fd_at_fork_child(void (*child)() noexcept nogil)
+    long long fd_monotonic_ns()
+    int fd_flag_get(const int *flag)
+    void fd_flag_set(int *flag)
+
+cdef extern from "Python.h":
+    unsigned long PyThread_get_thread_ident() nogil
+    # Declared without an exception value on purpose: Runner.run calls it inside the parallel
+    # region and carries the KeyboardInterrupt it sets out of the region by hand.
+    int PyErr_CheckSignals()
 
 cdef extern from "conv_geometry.h" nogil:
     enum: FD_MAX_PHASE_TAPS
@@ -95,22 +109,87 @@ GEMM_CHUNK_MAX_PIXELS = FD_GEMM_CHUNK_MAX_PIXELS
 # col2im's column buffer per thread: this many bytes, or one input row if that is larger.
 COL2IM_WORKSPACE_BYTES = FD_COL2IM_WORKSPACE_BYTES
 
+# ---------------------------------------------------------------------------------------------
+# Threads.
+
+# The most threads a call uses: set_num_threads refuses more, OMP_NUM_THREADS is capped to it.
+# A fixed number, so that a script's set_num_threads(n) does not work on one machine and fail on
+# another; raised to the CPU count on machines with more CPUs.
+MAX_THREADS = max(256, os.cpu_count() or 1)
+
 cdef int _requested_threads = 0   # 0: follow OpenMP (OMP_NUM_THREADS)
 
+# fork(): GNU libgomp keeps its thread pool across fork() although the child has none of its
+# threads, so the child's next parallel region waits for them forever. _pool_started records that
+# this process ran a parallel region; the at-fork hook turns it into _fork_serial in the child
+# (and, through fork's copy, in its children), which makes every call there serial. Kept for the
+# child's lifetime: no OpenMP API can rebuild the pool, and LLVM's libomp, which does, is treated
+# the same way rather than relied on.
+cdef int _pool_started = 0
+cdef int _fork_serial = 0
 
-def set_num_threads(int n):
-    """Threads used by every later call (n >= 1); 0 restores the OpenMP default."""
+
+cdef void _after_fork_in_child() noexcept nogil:
+    global _fork_serial
+    if _pool_started:
+        _fork_serial = 1
+
+
+def _after_fork_in_child_python():
+    _after_fork_in_child()
+
+
+if fd_at_fork_child(_after_fork_in_child) != 0:   # pthread_atfork failed (ENOMEM): os.fork() at least
+    os.register_at_fork(after_in_child=_after_fork_in_child_python)
+
+
+# Python runs signal handlers in its main thread only: Runner.run looks for them there alone.
+# The thread that forked is the child's main thread.
+cdef unsigned long _main_thread = threading.main_thread().ident
+
+
+def _main_thread_after_fork():
+    global _main_thread
+    _main_thread = PyThread_get_thread_ident()
+
+
+os.register_at_fork(after_in_child=_main_thread_after_fork)
+
+
+def forked_serial():
+    """True in a process forked after its parent ran OpenMP threads: calls there run serially."""
+    return bool(_fork_serial)
+
+
+def set_num_threads(n):
+    """Threads used by every later call, 1 to MAX_THREADS; 0 restores the default (OMP_NUM_THREADS,
+    else all cores, capped to MAX_THREADS).
+
+    A process forked after its parent ran a threaded call stays serial (GNU libgomp's threads do
+    not survive fork(); see get_num_threads): n > 1 is recorded there but not used, with a
+    RuntimeWarning. Use the "forkserver" or "spawn" start method for threaded children.
+    """
     global _requested_threads
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"n must be an int, got {n!r}")
+    if not 0 <= n <= MAX_THREADS:
+        raise ValueError(f"n must be between 0 and MAX_THREADS={MAX_THREADS} (0: the default), got {n}")
+    if _fork_serial and n > 1:
+        warnings.warn(f"set_num_threads({n}) has no effect in a process forked after its parent used OpenMP "
+                      f"threads (they do not survive fork()): calls here run on 1 thread; start it with the "
+                      f"'forkserver' or 'spawn' method for threads", RuntimeWarning,
+                      stacklevel=3)   # the caller of fastdeconv.set_num_threads
     _requested_threads = n
 
 
 def get_num_threads():
-    """Threads the next call will use (always 1 without OpenMP)."""
-    if not fd_openmp_enabled():
+    """Threads the next call will use: 1 without OpenMP, and 1 in a process forked after its parent
+    ran a threaded call (whatever set_num_threads asked; forked_serial() tells); else
+    set_num_threads's n, or OpenMP's default, at most MAX_THREADS. Calls below a size threshold
+    use 1 thread regardless."""
+    if not fd_openmp_enabled() or _fork_serial:
         return 1
-    return _requested_threads if _requested_threads > 0 else fd_omp_max_threads()
+    return min(_requested_threads if _requested_threads > 0 else fd_omp_max_threads(), MAX_THREADS)
 
 
 def build_info():
@@ -262,6 +341,53 @@ cdef class PackedWeights:
 # into tasks and runs them on threads. It is built once per input shape (the plan object
 # caches it), so a call only allocates the per-thread workspace and runs.
 
+# A task is also the unit between two looks for Ctrl-C: a call's tasks are cut finer than its
+# threads need (as for 2x, 4x, ... the threads) until each has at most _task_flops FLOPs (float64
+# counts double) and _task_elements output elements: about 50 ms on one AVX-512 core, 10 ms for the
+# memory-bound depthwise kernel. Only calls of several GFLOPs or 16M output elements are affected.
+# Free for phase, depthwise and im2col; col2im's bands recompute the input rows they share, which
+# costs it about 4 % serially when forced on a 69-GFLOP layer (its automatic choices are far smaller).
+cdef double _task_flops = 4e9
+cdef double _task_elements = 1 << 24
+# How often the calling thread looks for signals during a call.
+cdef long long _poll_ns = 20_000_000
+
+
+def set_task_flops(double flops):
+    """Cut tasks until each is at most `flops` FLOPs (the Ctrl-C granularity); returns the previous
+    value. For tests and benchmarks (1e300: the algorithms' own cut)."""
+    global _task_flops
+    previous = _task_flops
+    _task_flops = flops
+    return previous
+
+
+cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, int threads, double flops,
+                             int *cut) noexcept nogil:
+    """The task count for `threads`, cut finer while tasks are too large; *cut receives the
+    `threads` argument that alg.tasks needs to reproduce them."""
+    cdef double elements = <double>geo.batch * geo.out_h * geo.out_w * geo.out_channels
+    cut[0] = threads
+    cdef Py_ssize_t n = alg.tasks(geo, threads, NULL)
+    while n > 0 and (flops / n > _task_flops or elements / n > _task_elements) and cut[0] < 4096:
+        cut[0] *= 2
+        n = alg.tasks(geo, cut[0], NULL)
+    return n
+
+
+cdef int _check_signals() noexcept nogil:
+    """PyErr_CheckSignals under the GIL: -1 when a handler raised (the exception stays set for
+    Runner.run to propagate). A function of its own so that the parallel region holds no `with gil`
+    block, for which Cython would make every thread take the GIL around the region."""
+    with gil:
+        return PyErr_CheckSignals()
+
+
+cdef int _raise_pending() except -1:
+    """Propagate the exception that _check_signals left set."""
+    return -1
+
+
 cdef class Runner:
     """Packed weights bound to one geometry, ready to run on threads."""
     cdef fd_geometry geo
@@ -281,15 +407,17 @@ cdef class Runner:
         self.geo = _c_geometry(geometry)
         cdef const fd_algorithm *alg = packed.alg
         cdef int threads = 1 if geometry.flops < _serial_flops else get_num_threads()
+        cdef int cut = threads
         cdef fd_workspace ws = alg.workspace(&self.geo, packed.dtype_index)
         # Per-thread slices, rounded to cache lines so that threads never share one.
         self.ws_bytes = (ws.bytes + 63) // 64 * 64
         self.ntasks = 0
         if self.geo.batch > 0 and self.geo.out_channels > 0:   # else an empty result: nothing to compute
-            self.ntasks = alg.tasks(&self.geo, threads, NULL)
+            self.ntasks = _count_tasks(alg, &self.geo, threads,
+                                       geometry.flops * (2.0 if packed.dtype_index == FD_FLOAT64 else 1.0), &cut)
         self.task_array = np.zeros((max(self.ntasks, 1), 5), dtype=np.intp)
         if self.ntasks > 0:
-            alg.tasks(&self.geo, threads, <fd_task *>cnp.PyArray_DATA(self.task_array))
+            alg.tasks(&self.geo, cut, <fd_task *>cnp.PyArray_DATA(self.task_array))
         self.threads = max(1, min(threads, self.ntasks))
         self.run_task = alg.run[packed.dtype_index]
         self.operands.geo = &self.geo
@@ -303,7 +431,14 @@ cdef class Runner:
         return self.task_array[:self.ntasks].copy()
 
     def run(self, x, y):
-        """Fill y (C-contiguous, the packed dtype, this geometry's output shape) from x (C-contiguous)."""
+        """Fill y (C-contiguous, the packed dtype, this geometry's output shape) from x (C-contiguous).
+
+        Ctrl-C: when called from the main thread, that thread looks for signals between its tasks
+        every _poll_ns; if a handler raises (KeyboardInterrupt), no further task starts, the running
+        ones finish and the exception propagates, y partly written. In a process forked after this
+        one ran threads (_fork_serial) the tasks run serially: an OpenMP region would hang there.
+        """
+        global _pool_started
         if self.ntasks == 0:
             return y
         cdef char *workspace = <char *>malloc(max(self.ws_bytes, 1) * self.threads)
@@ -321,19 +456,42 @@ cdef class Runner:
         cdef size_t ws_bytes = self.ws_bytes
         cdef Py_ssize_t task, failed = -1
         cdef int code = 0
+        cdef bint serial = self.threads == 1 or _fork_serial
+        # Only the main thread runs Python's signal handlers; elsewhere looking would only take the GIL.
+        cdef bint watch = PyThread_get_thread_ident() == _main_thread
+        cdef long long poll_ns = _poll_ns
+        cdef long long next_poll = fd_monotonic_ns() + poll_ns
+        # prange makes every name assigned in its body thread-private: the shared state goes through pointers.
+        cdef int stop = 0
+        cdef int *stop_flag = &stop          # set by the thread that saw the exception, read by all
+        cdef long long *poll_at = &next_poll  # thread 0's alone
         with nogil:
-            if self.threads == 1:
+            if serial:
                 for task in range(self.ntasks):
+                    if watch and fd_monotonic_ns() >= next_poll:
+                        if _check_signals() != 0:
+                            stop = 1
+                            break
+                        next_poll = fd_monotonic_ns() + poll_ns
                     status[task] = run_task(&op, &tasks[task], workspace)
             else:
+                _pool_started = 1
                 for task in prange(self.ntasks, num_threads=self.threads, schedule="dynamic"):
-                    status[task] = run_task(&op, &tasks[task], workspace + threadid() * ws_bytes)
+                    if not fd_flag_get(stop_flag):
+                        if watch and threadid() == 0 and fd_monotonic_ns() >= poll_at[0]:
+                            if _check_signals() != 0:
+                                fd_flag_set(stop_flag)
+                            poll_at[0] = fd_monotonic_ns() + poll_ns
+                        if not fd_flag_get(stop_flag):
+                            status[task] = run_task(&op, &tasks[task], workspace + threadid() * ws_bytes)
             for task in range(self.ntasks):
                 if status[task] != 0 and failed < 0:
                     failed = task
                     code = status[task]
         free(workspace)
         free(status)
+        if stop:
+            _raise_pending()
         if failed >= 0:
             raise RuntimeError(f"fastdeconv kernel {self.algorithm} failed with status {code} on task "
                                f"{failed} (a bug: please report it)")

@@ -1,0 +1,212 @@
+"""Processes and signals around the threaded CPU backend (issue 9).
+
+* fork: GNU libgomp's thread pool does not survive fork(); a child forked after the parent ran
+  threads must still compute (serially) instead of hanging. forkserver and spawn children are fresh
+  processes and keep their threads.
+* Ctrl-C: SIGINT during a long call raises KeyboardInterrupt within a bounded time.
+* thread-count limits.
+
+Every scenario runs in a subprocess of its own (this file run as a script) under a timeout, so that
+a hang fails the test instead of blocking the run, and the pytest process never forks itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import fastdeconv
+from fastdeconv import _config, _cpu
+
+OPENMP = _cpu.build_info()["openmp"]
+CHILD_TIMEOUT = 30   # seconds for a child's small call: generous for a loaded machine, finite for a hang
+
+
+def _script(*args, timeout=240, env=None):
+    """Run this file as a script; its last stdout line is JSON."""
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Start methods
+
+
+def _layer_call():
+    """A small layer with several tasks, so that it really uses threads when allowed."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 9, 11, 8), dtype=np.float32)
+    w = rng.standard_normal((8, 3, 3, 6), dtype=np.float32)
+    return fastdeconv.conv_transpose2d(x, w, stride=2, padding=1)
+
+
+def _child(request_threads):
+    """In the child: the thread count it reports, whether set_num_threads warned, and the result."""
+    threads = fastdeconv.get_num_threads()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fastdeconv.set_num_threads(request_threads)
+    return {"threads": threads, "threads_after_request": fastdeconv.get_num_threads(),
+            "warned": any(issubclass(w.category, RuntimeWarning) for w in caught),
+            "forked_serial": _cpu.forked_serial()}, _layer_call()
+
+
+def _start_method_scenario(method, parent_threaded):
+    """Parent: optionally a threaded call (starts OpenMP's pool), then a child of `method` calls the
+    same layer. Prints the child's facts and whether its result equals the parent's."""
+    _cpu.set_serial_flops(0)            # the small layer must use the threads
+    fastdeconv.set_num_threads(2)
+    expected = _layer_call() if parent_threaded else None
+    context = multiprocessing.get_context(method)
+    with context.Pool(1) as pool:
+        pending = pool.apply_async(_child, (2,))
+        try:
+            facts, result = pending.get(timeout=CHILD_TIMEOUT)
+        except multiprocessing.TimeoutError:
+            pool.terminate()
+            print(json.dumps({"hang": True}))
+            return
+    if expected is None:
+        expected = _layer_call()
+    facts.update(hang=False, equal=bool(np.array_equal(result, expected)), parent_threads=fastdeconv.get_num_threads())
+    print(json.dumps(facts))
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_child_process_after_threaded_parent(method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method!r} start method on this platform")
+    facts = _script("start-method", method, "threaded")
+    assert not facts["hang"], f"a {method} child's call did not return within {CHILD_TIMEOUT} s"
+    assert facts["equal"], "the child's result differs from the parent's"
+    assert facts["parent_threads"] == (2 if OPENMP else 1)
+    if method == "fork" and OPENMP:   # libgomp's pool did not come along: the child runs, and says so, serially
+        assert facts == {**facts, "threads": 1, "threads_after_request": 1, "warned": True, "forked_serial": True}
+    else:                             # a fresh process (or a serial build): nothing to avoid
+        assert not facts["forked_serial"] and not facts["warned"]
+        assert facts["threads_after_request"] == (2 if OPENMP else 1)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork() here")
+def test_fork_child_of_a_parent_that_never_ran_threads_keeps_them():
+    """No pool to lose: the child keeps its threads (and does not hang using them)."""
+    facts = _script("start-method", "fork", "serial")
+    assert not facts["hang"] and facts["equal"]
+    assert not facts["forked_serial"] and not facts["warned"]
+    assert facts["threads"] == facts["threads_after_request"] == (2 if OPENMP else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C
+
+SIGINT_AFTER = 0.5      # seconds into the call
+LATENCY_BOUND = 0.5     # seconds; measured about 0.02 s (README "## Threads"); without polling it is the rest
+CALL_SECONDS = 3.0      # of the call, > 2 s: so the test tells the two apart
+
+
+def _long_call_scenario(threads):
+    """Child: size a layer to take about CALL_SECONDS here, say when the call starts, run it.
+    On KeyboardInterrupt print when it arrived, then let it propagate."""
+    fastdeconv.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 4, 4, 512), dtype=np.float32)   # many FLOPs per output byte:
+    x1 = rng.standard_normal((1, 32, 32, 512), dtype=np.float32)  # 8.6 GFLOP and 8 MiB of output per image
+    layer = fastdeconv.ConvTranspose2d(w, stride=2, padding=1)
+    layer(x1)
+    start = time.perf_counter()
+    layer(x1)
+    batch = min(64, max(2, math.ceil(CALL_SECONDS / (time.perf_counter() - start))))
+    x = np.repeat(x1, batch, axis=0)
+    print(json.dumps({"calling": time.monotonic(), "batch": batch}), flush=True)
+    try:
+        layer(x)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": time.monotonic()}), flush=True)
+        raise
+    print(json.dumps({"returned": time.monotonic()}), flush=True)
+
+
+def _readline(proc, timeout):
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline() if ready else ""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("threads", [1, 2], ids=["serial", "threaded"])
+def test_ctrl_c_interrupts_a_long_call(threads):
+    proc = subprocess.Popen([sys.executable, __file__, "long-call", str(threads)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = _readline(proc, 120)
+        assert line, "the child did not start its call"
+        started = json.loads(line)["calling"]
+        time.sleep(max(0.0, started + SIGINT_AFTER - time.monotonic()))
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    facts = json.loads(out.strip().splitlines()[-1])
+    assert "interrupted" in facts, f"the call ran to its end despite SIGINT:\n{out}\n{err}"
+    latency = facts["interrupted"] - sent
+    print(f"Ctrl-C latency, {threads} thread(s): {latency * 1e3:.1f} ms")
+    assert latency < LATENCY_BOUND, f"KeyboardInterrupt came {latency:.2f} s after SIGINT"
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err   # it propagated out of the call
+
+
+# ---------------------------------------------------------------------------------------------
+# Thread-count limits
+
+
+@pytest.mark.parametrize("n", [2**31, 2**63, 1024, _config.MAX_THREADS + 1, -1])
+def test_set_num_threads_out_of_range_is_a_value_error(n):
+    with pytest.raises(ValueError, match=rf"n must be between 0 and MAX_THREADS={_config.MAX_THREADS}.*got {n}"):
+        fastdeconv.set_num_threads(n)
+
+
+@pytest.mark.parametrize("n", [2.0, "4", None, True, np.float32(2)])
+def test_set_num_threads_non_int_is_a_type_error(n):
+    with pytest.raises(TypeError, match="n must be an int"):
+        fastdeconv.set_num_threads(n)
+    with pytest.raises(TypeError, match="n must be an int"):
+        _cpu.set_num_threads(n)
+
+
+def test_max_threads_is_allowed_and_documented():
+    assert _config.MAX_THREADS == max(256, os.cpu_count() or 1)
+    fastdeconv.set_num_threads(_config.MAX_THREADS)
+    assert fastdeconv.get_num_threads() == (_config.MAX_THREADS if OPENMP else 1)
+    np.testing.assert_array_equal(_layer_call(), _layer_call())
+    assert fastdeconv._config.config()["max_threads"] == _config.MAX_THREADS
+
+
+def test_omp_num_threads_beyond_the_limit_is_capped():
+    facts = _script("threads", timeout=120, env={"OMP_NUM_THREADS": str(_config.MAX_THREADS * 4)})
+    assert facts["threads"] == (_config.MAX_THREADS if OPENMP else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+if __name__ == "__main__":
+    scenario, *rest = sys.argv[1:]
+    if scenario == "start-method":
+        _start_method_scenario(rest[0], rest[1] == "threaded")
+    elif scenario == "long-call":
+        _long_call_scenario(int(rest[0]))
+    elif scenario == "threads":
+        print(json.dumps({"threads": fastdeconv.get_num_threads()}))
