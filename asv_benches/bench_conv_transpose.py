@@ -1,6 +1,8 @@
 """asv benchmarks: the fastdeconv.bench suite (real-network shapes), float32.
 
-Run with ``asv run --python=same --quick`` from the repository root.
+From the repository root, after ``pip install -e ".[bench]"``: ``asv machine --yes`` once (asv refuses to
+run before it has recorded the machine), then ``asv run --python=same --quick`` (the installed fastdeconv)
+or ``asv run --quick`` (each commit built in its own virtualenv, see asv.conf.json).
 """
 
 import numpy as np

@@ -5,9 +5,36 @@ images; the CPU backend runs C kernels, backend="reference" runs the plain numpy
 oracle in :mod:`fastdeconv.reference`.
 """
 
+# The one place the version is written: pyproject.toml reads it with setuptools' attr:, which parses
+# this file without importing it (so without the compiled extension). Keep it a plain string literal.
 __version__ = "0.1.0"
 
-from . import reference
+
+def _import_extension():
+    """Import the compiled extension, or say clearly that it was never built here and how to fix it."""
+    try:
+        from . import _cpu  # noqa: F401
+    except ImportError as error:
+        import importlib.util
+        import os
+
+        if importlib.util.find_spec(f"{__name__}._cpu") is not None:
+            raise   # it is there but failed to load (a missing runtime library, ...): the real error says why
+        folder = os.path.dirname(os.path.abspath(__file__))
+        others = sorted(name for name in os.listdir(folder) if name.startswith("_cpu.") and name != "_cpu.pyx")
+        built_for = f" (found {', '.join(others)}: built for another Python)" if others else ""
+        raise ImportError(
+            f"the compiled extension fastdeconv._cpu is missing from {folder}{built_for}: this fastdeconv "
+            "is a source tree without a built extension (Python imports the fastdeconv/ folder of the "
+            "current directory before any installed copy). Fix: run `pip install -e .` from the repository "
+            "root, or run from another directory to use the installed package.",
+            name=f"{__name__}._cpu", path=folder) from None
+
+
+_import_extension()
+del _import_extension
+
+from . import reference  # noqa: E402 - after the extension check, which gives the clear error
 from ._api import conv2d, conv_transpose2d
 from ._backends import backends
 from ._config import get_num_threads, set_num_threads, show_config

@@ -1,9 +1,11 @@
-"""The benchmark suite (real-network shapes) and ``python -m fastdeconv bench``.
+"""The benchmark suite (real-network shapes) and ``fastdeconv bench`` / ``python -m fastdeconv bench``.
 
 Every case is a float32 transposed convolution. FLOPs = 2·N·H·W·C_in·kH·kW·C_out/groups.
 Peers (torch's conv_transpose2d in channels_last, which runs oneDNN, and
-onnxruntime's ConvTranspose) are timed in the same process when installed, each
-in its natural layout, with layout conversion done once outside the timing.
+onnxruntime's ConvTranspose) are timed in the same process when they can be
+imported and run, each in its natural layout, with layout conversion done once
+outside the timing. A peer that is missing or fails is skipped with one line on
+stderr saying why; the benchmark itself never fails because of a peer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,33 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+#: What each column of the table means (``--help`` prints this; the README has the same list).
+COLUMNS_HELP = """\
+columns (times are medians of repeated calls, float32, in one process):
+  case           the suite case (--list shows its shapes and parameters)
+  algorithm      the CPU algorithm fastdeconv chose for the layer
+  function ms    one fastdeconv.conv_transpose2d(x, w, b, ...) call: validates the arguments and packs
+                 the weights on every call, as a one-off call would
+  plan ms        one call of a fastdeconv.ConvTranspose2d layer built once (weights packed once),
+                 layer(x, out=buffer): what a network that reuses its layers pays
+  torch ms       torch.nn.functional.conv_transpose2d on channels_last tensors (oneDNN), no_grad
+  ORT ms         onnxruntime InferenceSession.run of a one-node ConvTranspose model (NCHW)
+  GFLOP/s        the case's FLOPs / plan ms
+  % peak         GFLOP/s as a percentage of numpy's float32 matmul (sgemm) speed measured in the same
+                 run at the same thread count; "-" when threadpoolctl is missing (numpy's BLAS threads
+                 cannot be set); a "!" marks a value over 100 %
+  GB/s           bytes of input + output + weights / plan ms (what an ideal implementation moves)
+  × torch, × ORT the peer's time / plan ms: > 1 means fastdeconv is faster
+  max rel err    max |fastdeconv - reference| / max |reference| over the function and the plan,
+                 against the float64 numpy reference; above 1e-4 the command exits with status 1
+A peer that is not installed or fails is skipped with one line on stderr, and its columns are left
+out (or "-" for the cases it could not run); the line under the table says which peers ran."""
+
+#: Repeated sgemm peak measurements that differ by more than this (relative) mark the peak as noisy.
+PEAK_SPREAD_TOLERANCE = 0.15
+#: ConvTranspose has been unchanged since opset 11; opset 13 loads in every onnxruntime of the last years.
+ORT_OPSET = 13
 
 
 @dataclass(frozen=True)
@@ -50,6 +79,12 @@ class Case:
         b = rng.standard_normal(self.out_channels)
         return x, w.astype(dtype), b.astype(dtype)
 
+    def describe(self):
+        defaults = {"output_padding": 0, "dilation": 1, "groups": 1}
+        extra = "".join(f" {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
+        return (f"{self.name:<14} NHWC {self.input_shape} -> C_out {self.out_channels}, k{self.kernel} "
+                f"s{self.stride} p{self.padding}{extra}")
+
 
 SUITE = [
     Case("dcgan1", (8, 4, 4, 512), 256, 4, 2, 1),
@@ -82,11 +117,27 @@ def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
     return float(np.median(times))
 
 
-def _torch_runner(case, x, w, b, threads):
-    try:
-        import torch
-    except ImportError:
-        return None
+# --------------------------------------------------------------------------------------------------------
+# Peers: each is loaded once (any exception -> skipped with a reason) and run per case (any exception ->
+# that case's cell is "-", with a reason).
+# --------------------------------------------------------------------------------------------------------
+
+def _reason(error):
+    """One line saying why a peer could not be used."""
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        return f"{error.name} is not installed"
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _load_torch():
+    import torch
+
+    return torch, f"torch {torch.__version__}"
+
+
+def _torch_runner(torch, case, x, w, b, threads):
     torch.set_num_threads(threads)
     xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
     wt = torch.from_numpy(np.ascontiguousarray(w.transpose(0, 3, 1, 2))).contiguous(memory_format=torch.channels_last)
@@ -100,13 +151,22 @@ def _torch_runner(case, x, w, b, threads):
     return run, lambda: run().permute(0, 2, 3, 1).numpy()
 
 
-def _ort_runner(case, x, w, b, threads):
+def _load_ort():
+    import onnxruntime as ort
     try:
         import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
-    except ImportError:
-        return None
+    except ImportError as error:   # onnx builds the one-node model that onnxruntime runs
+        raise ImportError(f"onnx (needed to build the model onnxruntime runs) cannot be imported: "
+                          f"{_reason(error)}") from None
+    return (ort, onnx), f"onnxruntime {getattr(ort, '__version__', '?')} (onnx {getattr(onnx, '__version__', '?')})"
+
+
+def _onnx_model(onnx, case, w, b):
+    """A one-node ConvTranspose model that the installed onnxruntime accepts: opset ORT_OPSET with the
+    lowest IR version that opset needs (onnx writes its newest IR version by default, e.g. 14 in onnx 1.23,
+    which an older onnxruntime rejects: onnxruntime 1.30 reads IR <= 13)."""
+    from onnx import TensorProto, helper, numpy_helper
+
     n, h, wd, cin = case.input_shape
     ho, wo = _output_hw(case)
     k, s, p = case.kernel, case.stride, case.padding
@@ -118,18 +178,100 @@ def _ort_runner(case, x, w, b, threads):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, case.out_channels, ho, wo])],
         initializer=[numpy_helper.from_array(np.ascontiguousarray(w.transpose(0, 3, 1, 2)), "w"),
                      numpy_helper.from_array(b, "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opsets = [helper.make_opsetid("", ORT_OPSET)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    try:
+        model.ir_version = helper.find_min_ir_version_for(opsets)
+    except Exception:  # noqa: BLE001 - an onnx without the version table: IR 7 is opset 13's
+        model.ir_version = 7
+    return model
+
+
+def _ort_runner(modules, case, x, w, b, threads):
+    ort, onnx = modules
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(_onnx_model(onnx, case, w, b).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
     xn = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
     def run():
         return session.run(None, {"x": xn})[0]
 
-    del onnx
     return run, lambda: run().transpose(0, 2, 3, 1)
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    key: str        # row keys: f"{key}_s", f"{key}_max_rel_err"
+    name: str       # what stderr and the table call it
+    column: str     # the table's header
+    load: object
+    runner: object
+
+
+PEERS = [PeerSpec("torch_cl", "torch", "torch ms", _load_torch, _torch_runner),
+         PeerSpec("ort", "onnxruntime", "ORT ms", _load_ort, _ort_runner)]
+
+
+class Peers:
+    """The peers of one run: which loaded, which were skipped and why (each reason said once on stderr)."""
+
+    def __init__(self, enabled=True, log=sys.stderr):
+        self.log = log
+        self.loaded = {}      # key -> (modules, version text)
+        self.status = {}      # name -> {"version": ..., "ran": [case names], "skipped": reason or None, ...}
+        self._said = set()
+        for spec in PEERS:
+            if not enabled:
+                self.status[spec.name] = {"ran": [], "skipped": "--no-peers"}
+                continue
+            try:
+                modules, version = spec.load()
+            except BaseException as error:  # noqa: BLE001 - a broken peer (even SystemExit) is skipped
+                if isinstance(error, KeyboardInterrupt):
+                    raise
+                reason = _reason(error)
+                self.status[spec.name] = {"ran": [], "skipped": reason}
+                self._say(f"bench: skipping {spec.name}: {reason}")
+                continue
+            self.loaded[spec.key] = modules
+            self.status[spec.name] = {"version": version, "ran": [], "skipped": None, "failed": {}}
+
+    def _say(self, line):
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=self.log, flush=True)
+
+    def measure(self, row, case, x, w, b, ref, threads, seconds):
+        for spec in PEERS:
+            if spec.key not in self.loaded:
+                continue
+            try:
+                run, result = spec.runner(self.loaded[spec.key], case, x, w, b, threads)
+                error = _relative_error(result(), ref)
+                elapsed = median_seconds(run, seconds)
+            except Exception as exc:  # noqa: BLE001 - a peer failing on a case leaves that cell empty
+                reason = _reason(exc)
+                self.status[spec.name]["failed"][case.name] = reason
+                self._say(f"bench: skipping {spec.name} (case {case.name}): {reason}")
+                continue
+            row[f"{spec.key}_max_rel_err"] = error
+            row[f"{spec.key}_s"] = elapsed
+            self.status[spec.name]["ran"].append(case.name)
+
+    def summary(self):
+        """One line: which peers ran, on how many cases, and which were skipped."""
+        parts = []
+        for name, status in self.status.items():
+            if status.get("skipped"):
+                parts.append(f"{name} skipped ({status['skipped']})")
+                continue
+            failed = status.get("failed", {})
+            ran = f"{status['version']} ran" if status["ran"] else f"{status['version']} ran on no case"
+            parts.append(ran + (f" (failed on {', '.join(failed)})" if failed else ""))
+        return "peers: " + ("; ".join(parts) if parts else "none")
 
 
 def _output_hw(case):
@@ -139,18 +281,82 @@ def _output_hw(case):
                                          case.padding, case.output_padding, case.dilation)
 
 
-def sgemm_peak(threads, seconds=0.5):
-    """GFLOP/s of numpy's float32 matmul on 2048x2048 squares at `threads` BLAS threads (the
-    machine's practical peak, measured in the same run), or None if the threads can't be set."""
+# --------------------------------------------------------------------------------------------------------
+# The sgemm peak
+# --------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Peak:
+    """numpy's float32 matmul speed at the benchmark's thread count: the machine's practical peak."""
+
+    gflops: float | None          # the best of the measurements, or None when not measured
+    measurements: list
+    note: str = ""                # why it is missing or why it should not be trusted
+
+    @property
+    def noisy(self):
+        values = [v for v in self.measurements if v]
+        return len(values) > 1 and (max(values) - min(values)) / max(values) > PEAK_SPREAD_TOLERANCE
+
+
+def _blas_unavailable():
+    """Why numpy's BLAS threads cannot be set, or "" when threadpoolctl can set them."""
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_info
     except ImportError:
+        return "threadpoolctl is not installed (pip install threadpoolctl), so numpy's BLAS threads cannot be set"
+    if not any(lib.get("user_api") == "blas" for lib in threadpool_info()):
+        return "threadpoolctl finds no BLAS library in numpy, so its threads cannot be set"
+    return ""
+
+
+def sgemm_gflops(threads, seconds=0.5, size=2048):
+    """GFLOP/s of numpy's float32 matmul on size x size squares at `threads` BLAS threads, or None if
+    numpy's BLAS threads cannot be set (threadpoolctl missing): a peak at another thread count would
+    make % peak meaningless."""
+    if _blas_unavailable():
         return None
-    a = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32)
     with threadpool_limits(limits=threads, user_api="blas"):
         t = median_seconds(lambda: a @ a, seconds, warmup=2, min_calls=3)
-    return 2 * 2048 ** 3 / t / 1e9
+    return 2 * size ** 3 / t / 1e9
 
+
+def sgemm_peak(threads, seconds=0.5):
+    """One sgemm measurement (GFLOP/s) at `threads` threads, or None."""
+    return sgemm_gflops(threads, seconds)
+
+
+def measure_peak(threads, seconds, repeats=2):
+    """`repeats` sgemm measurements at `threads` threads (run_bench adds one after the cases)."""
+    note = _blas_unavailable()
+    if note:
+        return Peak(None, [], note)
+    return Peak(None, [sgemm_gflops(threads, seconds) for _ in range(repeats)])
+
+
+def _finish_peak(peak, rows, ours):
+    if not peak.measurements:
+        return peak
+    peak.gflops = max(peak.measurements)
+    notes = []
+    if peak.noisy:
+        values = ", ".join(f"{v:.0f}" for v in peak.measurements)
+        notes.append(f"noisy: the sgemm measurements ({values} GFLOP/s) differ by more than "
+                     f"{PEAK_SPREAD_TOLERANCE:.0%}; the machine is busy or changing clocks, so % peak is rough")
+    over = [r["case"] for r in rows if r["gflop"] / r[ours] > peak.gflops]
+    if over:
+        notes.append(f"over 100 % of the sgemm peak ({', '.join(over)}): the peak is underestimated "
+                     "(noise, or a case small enough to stay in cache)")
+    peak.note = "; ".join(notes)
+    return peak
+
+
+# --------------------------------------------------------------------------------------------------------
+# Measuring and reporting
+# --------------------------------------------------------------------------------------------------------
 
 def _case_bytes(case):
     """Bytes an ideal implementation moves: input + output + weights (float32)."""
@@ -161,13 +367,18 @@ def _case_bytes(case):
 
 
 def _relative_error(y, ref):
-    return float(np.max(np.abs(y.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
+    return float(np.max(np.abs(np.asarray(y).astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
 
 
 def measure_case(case, threads, seconds=0.5, peers=True):
-    """Times (s) and errors for one case: ours (function and plan) and the installed peers."""
+    """Times (s) and errors for one case: ours (function and plan) and the peers that run.
+
+    ``peers`` is True (load them here), False, or a :class:`Peers`.
+    """
     import fastdeconv
 
+    if peers is True:
+        peers = Peers()
     x, w, b = case.arrays()
     ref = fastdeconv.reference.conv_transpose2d(x.astype(np.float64), w.astype(np.float64),
                                                 b.astype(np.float64), **case.kwargs)
@@ -175,84 +386,134 @@ def measure_case(case, threads, seconds=0.5, peers=True):
     out = fastdeconv.conv_transpose2d(x, w, b, **case.kwargs)
     row["max_rel_err"] = _relative_error(out, ref)
     row["fastdeconv_s"] = median_seconds(lambda: fastdeconv.conv_transpose2d(x, w, b, **case.kwargs), seconds)
-    plan_class = getattr(fastdeconv, "ConvTranspose2d", None)
-    if plan_class is not None:
-        plan = plan_class(w, b, **case.kwargs)
-        row["plan_max_rel_err"] = _relative_error(plan(x), ref)
-        row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
-        row["algorithm"] = plan.algorithm
+    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
+    row["plan_max_rel_err"] = _relative_error(plan(x), ref)
+    row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
+    row["algorithm"] = plan.algorithm
     if peers:
-        for name, make in (("torch_cl", _torch_runner), ("ort", _ort_runner)):
-            runner = make(case, x, w, b, threads)
-            if runner is None:
-                continue
-            run, result = runner
-            row[f"{name}_max_rel_err"] = _relative_error(result(), ref)
-            row[f"{name}_s"] = median_seconds(run, seconds)
+        peers.measure(row, case, x, w, b, ref, threads, seconds)
     return row
 
 
-def format_table(rows, threads, peak=None):
-    """A markdown table: ms per implementation, our GFLOP/s (and % of the sgemm peak), GB/s
-    (input + output + weights), and our speed ratio against each peer (> 1: we are faster)."""
-    ours = "plan_s" if any("plan_s" in r for r in rows) else "fastdeconv_s"
-    columns = [c for c in ("fastdeconv_s", "plan_s", "torch_cl_s", "ort_s") if any(c in r for r in rows)]
-    names = {"fastdeconv_s": "function ms", "plan_s": "plan ms", "torch_cl_s": "torch CL ms", "ort_s": "ORT ms"}
-    peers = [c for c in ("torch_cl_s", "ort_s") if c in columns]
+def _table(rows, threads, peak):
+    """(header, cells per row, notes): the numbers every format shows."""
+    ours = "plan_s"
+    columns = [c for c in ("fastdeconv_s", "plan_s", *(f"{s.key}_s" for s in PEERS)) if any(c in r for r in rows)]
+    names = {"fastdeconv_s": "function ms", "plan_s": "plan ms", **{f"{s.key}_s": s.column for s in PEERS}}
+    peers = [c for c in columns if c not in ("fastdeconv_s", "plan_s")]
     header = ["case", "algorithm"] + [names[c] for c in columns] + ["GFLOP/s", "% peak", "GB/s"]
     header += [f"× {names[c][:-3]}" for c in peers] + ["max rel err"]
-    peak_text = f"{peak:.0f} GFLOP/s" if peak else "not measured (pip install threadpoolctl)"
-    lines = [f"threads: {threads}; sgemm peak (numpy float32 matmul 2048², same run): {peak_text}",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    ratios = []
+    body, ratios = [], []
     for r in rows:
         gflops = r["gflop"] / r[ours]
+        if peak.gflops:
+            percent = 100 * gflops / peak.gflops
+            percent_text = f"{percent:.0f}" + ("!" if percent > 100 else "")
+        else:
+            percent_text = "-"
         cells = [r["case"], r.get("algorithm", "")]
         cells += [f"{r[c] * 1e3:.3f}" if c in r else "-" for c in columns]
-        cells += [f"{gflops:.0f}", f"{100 * gflops / peak:.0f}" if peak else "-", f"{r['mbytes'] / 1e3 / r[ours]:.1f}"]
-        present = [r[c] for c in peers if c in r]
+        cells += [f"{gflops:.1f}" if gflops < 10 else f"{gflops:.0f}", percent_text,
+                  f"{r['mbytes'] / 1e3 / r[ours]:.1f}"]
         cells += [f"{r[c] / r[ours]:.2f}" if c in r else "-" for c in peers]
+        present = [r[c] for c in peers if c in r]
         if present:
             ratios.append(min(present) / r[ours])
         cells.append(f"{max(r['max_rel_err'], r.get('plan_max_rel_err', 0)):.1e}")
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    if peak.gflops:
+        peak_text = f"{peak.gflops:.0f} GFLOP/s" + (" (NOISY)" if peak.noisy else "")
+    else:
+        peak_text = "not measured"
+    notes = [f"threads: {threads}; sgemm peak (numpy float32 matmul 2048², same run, same threads): {peak_text}"]
+    if peak.note:
+        notes.append(f"note: {peak.note}")
+    after = []
     if ratios:
         geomean = float(np.exp(np.mean(np.log(ratios))))
-        lines.append(f"geometric mean of our speedup over the faster peer per case: {geomean:.2f}×")
-    return "\n".join(lines)
+        after.append(f"geometric mean of our speedup (plan) over the faster peer per case: {geomean:.2f}×")
+    return header, body, notes, after
 
 
-def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True) -> int:
+def format_table(rows, threads, peak=None, peers_line="", style="text"):
+    """The results as an aligned plain-text table (style="text") or a markdown table ("markdown"):
+    ms per implementation, our GFLOP/s (and % of the sgemm peak), GB/s (input + output + weights),
+    our speed ratio against each peer (> 1: we are faster) and the largest relative error."""
+    if not isinstance(peak, Peak):
+        peak = Peak(peak, [peak] if peak else [], "" if peak else "threadpoolctl is not installed")
+    header, body, notes, after = _table(rows, threads, peak)
+    if style == "markdown":
+        lines = notes + ["", "| " + " | ".join(header) + " |",
+                         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        lines.append("")
+    else:
+        widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+
+        def line(cells):   # names left-aligned, numbers right-aligned
+            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+        lines = notes + [line(header), line(["-" * w for w in widths])] + [line(cells) for cells in body]
+    lines += after
+    if peers_line:
+        lines.append(peers_line)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
+              stdout=None, stderr=None) -> int:
+    """Run the suite (or the named cases) and print the results; returns the exit status (1 when a
+    result is wrong). ``threads`` 0 or None: fastdeconv's default."""
     import fastdeconv
 
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    unknown = [name for name in cases or [] if name not in CASES]
+    if unknown:
+        print(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}", file=stderr)
+        return 2
+    selected = [CASES[name] for name in dict.fromkeys(cases)] if cases else list(SUITE)
+    previous = fastdeconv.get_num_threads()
     if threads:
         fastdeconv.set_num_threads(threads)
-    threads = fastdeconv.get_num_threads()
-    selected = SUITE if not cases else []
-    for name in cases or []:
-        if name not in CASES:
-            print(f"unknown case {name!r}; choose from {', '.join(CASES)}", file=sys.stderr)
-            return 2
-        selected.append(CASES[name])
-    peak = sgemm_peak(threads, seconds)
-    try:   # numpy's BLAS threads (used by the reference) must not spin on the cores being timed
-        from threadpoolctl import threadpool_limits
+    threads = fastdeconv.get_num_threads()   # 1 when built without OpenMP, whatever was asked
+    try:
+        peer_set = Peers(enabled=peers, log=stderr)
+        peak = measure_peak(threads, seconds)
+        limits = None
+        if not _blas_unavailable():   # numpy's BLAS threads (the reference's) must not spin on the timed cores
+            from threadpoolctl import threadpool_limits
 
-        threadpool_limits(limits=1, user_api="blas")
-    except ImportError:
-        pass
-    rows = []
-    for i, case in enumerate(selected, 1):
-        print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=sys.stderr, flush=True)
-        rows.append(measure_case(case, threads, seconds, peers))
-    print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
-    print(format_table(rows, threads, peak))
+            limits = threadpool_limits(limits=1, user_api="blas")
+        rows = []
+        try:
+            for i, case in enumerate(selected, 1):
+                if stderr.isatty():
+                    print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=stderr, flush=True)
+                rows.append(measure_case(case, threads, seconds, peer_set))
+            if stderr.isatty():
+                print("\r" + " " * 40 + "\r", end="", file=stderr)
+        finally:
+            if limits is not None:
+                limits.restore_original_limits()
+        if peak.measurements:   # a last measurement after the cases: did the machine stay as fast?
+            peak.measurements.append(sgemm_gflops(threads, seconds))
+        _finish_peak(peak, rows, "plan_s")
+    finally:
+        fastdeconv.set_num_threads(previous)
+    result = {"fastdeconv": fastdeconv.__version__, "threads": threads, "seconds_per_cell": seconds,
+              "sgemm_peak_gflops": peak.gflops, "sgemm_measurements_gflops": peak.measurements,
+              "sgemm_peak_noisy": peak.noisy, "note": peak.note, "peers": peer_set.status,
+              "cases": [asdict(c) for c in selected], "rows": rows}
+    if output_format == "json":
+        print(json.dumps(result, indent=1), file=stdout)
+    else:
+        print(format_table(rows, threads, peak, peer_set.summary(), style=output_format), file=stdout)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"threads": threads, "sgemm_peak_gflops": peak, "cases": [asdict(c) for c in selected],
-                       "rows": rows}, f, indent=1)
+            json.dump(result, f, indent=1)
     worst = max(max(r["max_rel_err"], r.get("plan_max_rel_err", 0)) for r in rows)
     if worst > 1e-4:
-        print(f"ERROR: a result differs from the reference by {worst:.2e} (relative)", file=sys.stderr)
+        print(f"ERROR: a result differs from the reference by {worst:.2e} (relative)", file=stderr)
         return 1
     return 0

@@ -43,7 +43,7 @@ from ._api import conv2d, conv_transpose2d
 __all__ = ["main", "convert", "ConversionError", "LayerResult", "DEFAULT_MODEL", "INSTALL_HINT"]
 
 DEFAULT_MODEL = Path(__file__).with_name("default_decoder.onnx")
-INSTALL_HINT = 'pip install "fastdeconv[convert]"'
+INSTALL_HINT = 'pip install "fastdeconv[convert]" (from a clone of the repository: pip install -e ".[convert]")'
 #: Largest accepted max|error| / max(1, max|reference|) in float32.
 RELATIVE_TOLERANCE = 1e-4
 #: Opset of the one/two-node models run by onnx's ReferenceEvaluator.
@@ -160,6 +160,7 @@ def convert(model_path, outdir, *, force: bool = False, progress=None) -> list[L
 
     staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.partial-", dir=outdir.parent))
     try:
+        _chmod_as_umask_allows(staging)
         results, names = [], set()
         for index, chain in enumerate(chains, 1):
             name = _unique_name(chain.conv.name or f"{chain.conv.op_type.lower()}{index}", names)
@@ -214,6 +215,13 @@ def _unique_name(raw, taken):
         candidate, suffix = f"{name}_{suffix}", suffix + 1
     taken.update((candidate, _mpscnn_name(candidate)))
     return candidate
+
+
+def _chmod_as_umask_allows(directory: Path):
+    """mkdtemp makes 0o700; OUTDIR gets what mkdir would give it (0o777 & ~umask), as the user expects."""
+    umask = os.umask(0)   # the only portable way to read the umask is to set it
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
 
 
 def _move_into_place(staging: Path, outdir: Path):

@@ -1,7 +1,8 @@
 """The Metal backends: backend="mps" (MPSGraph) and backend="mps-cnn" (MPSCNN + fastdeconv's own kernel).
 
-Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``) is
-imported the first time a Metal backend runs or :func:`status` is asked on macOS.
+Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``; in a
+clone of the repository ``pip install -e '.[metal]'``) is imported the first time a Metal backend runs
+or :func:`status` is asked on macOS.
 
 * :mod:`.descriptors` — what is sent to Metal (pure Python, any platform);
 * :mod:`.executors` — numpy execution of a descriptor under the documented semantics (any platform);
@@ -81,7 +82,8 @@ def status(path: str = "mps") -> MetalStatus:
             modules[name] = __import__(name)
         except Exception as exc:  # noqa: BLE001 - any import failure is a reason, never a crash
             return MetalStatus(False, f"the PyObjC wrapper {name!r} cannot be imported ({exc}); "
-                                      "install it with: pip install 'fastdeconv[metal]'")
+                                      "install it with: pip install 'fastdeconv[metal]' "
+                                      "(from a clone of the repository: pip install -e '.[metal]')")
     try:
         device = modules["Metal"].MTLCreateSystemDefaultDevice()
     except Exception as exc:  # noqa: BLE001

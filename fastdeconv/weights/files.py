@@ -20,9 +20,11 @@ def save_mps(directory, name, weight, bias=None):
 
     Raw little-endian float32, C order, no header -- what ``weight.astype('<f4').tofile(path)`` writes and
     what an MPSCNNConvolutionDataSource hands to MPS. ``weight`` must already be in the layout the app
-    expects (e.g. :func:`fastdeconv.weights.to_mpscnn_transpose`). Returns the paths written.
+    expects (e.g. :func:`fastdeconv.weights.to_mpscnn_transpose`). ``directory`` is created (parents too)
+    when missing, with the permissions the umask allows. Returns the paths written.
     """
     weight_path, bias_path = _dat_paths(directory, name)
+    weight_path.parent.mkdir(parents=True, exist_ok=True)   # mode 0o777 & ~umask, like mkdir -p
     np.ascontiguousarray(weight, dtype="<f4").tofile(weight_path)
     written = [weight_path]
     if bias is not None:
