@@ -29,9 +29,11 @@ __all__ = [
 #: beyond any real layer; it keeps every index the C kernels form (products of these with image
 #: sizes) well inside 64 bits, together with :data:`MAX_INDEX`.
 MAX_PARAMETER = 2**32
-#: The largest index span per axis, and the largest element count of the result, that a geometry may
-#: need: the C kernels compute with signed 64-bit integers and must never overflow.
+#: The largest index span per axis that a geometry may need, and (MAX_ELEMENTS) the largest element
+#: count of x, the weight and the result: the C kernels compute with signed 64-bit integers and must
+#: never overflow (the bound they assume is stated in src/conv_geometry.h; these are stricter).
 MAX_INDEX = 2**62
+MAX_ELEMENTS = 2**48
 
 
 def _is_int(value) -> bool:
@@ -276,8 +278,9 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
 
     Per axis, every input or output coordinate a kernel forms (iy·s − pad + ky·d and the like) lies
     within span = (strided − 1)·s + d·(k − 1) + pad_begin + pad_end + output_padding + in + out, where
-    the strided side is the input of a transposed convolution and the output of a convolution; every
-    element offset lies within the element count of x or y. Both must stay <= MAX_INDEX.
+    the strided side is the input of a transposed convolution and the output of a convolution; it must
+    stay <= MAX_INDEX. Every element offset lies within the element count of x, the weight or the
+    result, each of which must stay below MAX_ELEMENTS.
     """
     axes = zip(("height", "width"), geometry.input_hw, geometry.output_hw, geometry.kernel_hw, geometry.stride,
                geometry.dilation, geometry.pad, geometry.output_padding)
@@ -287,10 +290,11 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
         if span > MAX_INDEX:
             raise ValueError(f"{arguments} give the {name} axis an index range of {span}, beyond the 2**62 that "
                              "64-bit index arithmetic allows; reduce stride, dilation or padding")
-    elements = geometry.batch * geometry.output_hw[0] * geometry.output_hw[1] * geometry.out_channels
-    if elements > MAX_INDEX // 8:
-        raise ValueError(f"the result would have {elements} elements (shape {geometry.output_shape}), more than "
-                         f"2**59: {arguments}")
+    for name, shape in (("x", geometry.input_shape), ("the weight", geometry.weight_shape),
+                        ("the result", geometry.output_shape)):
+        elements = shape[0] * shape[1] * shape[2] * shape[3]
+        if elements >= MAX_ELEMENTS:
+            raise ValueError(f"{name} would have {elements} elements (shape {shape}), not below 2**48: {arguments}")
     return geometry
 
 
