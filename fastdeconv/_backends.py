@@ -120,7 +120,8 @@ def run(call: Call, backend, algorithm: str | None = None) -> np.ndarray:
 
 
 def out_buffer(call: Call, layer: Layer) -> np.ndarray | None:
-    """out= itself, as the (N, H_out, W_out, C_out) buffer, when the layer computes in its dtype."""
-    if call.out is not None and call.out.dtype == layer.dtype:
+    """out= itself, as the (N, H_out, W_out, C_out) buffer, when the layer computes in its dtype and
+    out= is aligned (the kernels write float* / double*); else None: a new buffer, copied into out=."""
+    if call.out is not None and call.out.dtype == layer.dtype and call.out.flags.aligned:
         return call.out.reshape(call.geometry.output_shape)
     return None

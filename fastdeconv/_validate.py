@@ -33,6 +33,12 @@ class Call:
         return self.geometry.output_shape[1:] if self.unbatched else self.geometry.output_shape
 
 
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """The array, or an aligned copy when its data is not aligned for its dtype (a view at an odd
+    byte offset of a buffer): the C kernels read it as float* / double*, which must be aligned."""
+    return array if array.flags.aligned else array.copy()
+
+
 def _as_float_array(value, name: str) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype not in SUPPORTED_DTYPES:
@@ -40,7 +46,7 @@ def _as_float_array(value, name: str) -> np.ndarray:
         if native not in SUPPORTED_DTYPES:
             raise TypeError(f"{name} has dtype {array.dtype}; supported dtypes are {_SUPPORTED_NAMES}")
         array = array.astype(native)   # byte-swapped floats: the same values in native order
-    return array
+    return _aligned(array)
 
 
 def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
@@ -58,7 +64,7 @@ def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
             raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
         if bias_array.shape != (geometry.out_channels,):
             raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
-        bias = bias_array.astype(dtype, copy=False)
+        bias = _aligned(bias_array.astype(dtype, copy=False))
     call = Call(x, weight, bias, geometry, dtype, unbatched, out)
     if out is not None:
         check_out(out, call.result_shape, dtype, (("x", x), ("weight", weight), ("bias", bias)))

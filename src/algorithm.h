@@ -120,8 +120,12 @@ static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, size_t itemsize) {
     return rows < FD_GEMM_CHUNK_MAX_PIXELS ? rows : FD_GEMM_CHUNK_MAX_PIXELS;
 }
 
-/* col2im's column buffer: this many bytes, or one input row if that is larger. */
+/* col2im's column buffer per thread: this many bytes, or FD_COL2IM_MIN_PIXELS input pixels' columns
+ * (kH*kW*C_out/g elements each) if that is larger; never more, whatever the image's size: a row
+ * longer than the buffer is computed in pieces. The minimum keeps a few GEMM row tiles per pass over
+ * the packed weights when one pixel's column alone is large. */
 #define FD_COL2IM_WORKSPACE_BYTES (1 << 20)
+#define FD_COL2IM_MIN_PIXELS 48
 
 static inline size_t fd_itemsize(int dtype) { return dtype == FD_FLOAT64 ? sizeof(double) : sizeof(float); }
 

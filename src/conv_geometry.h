@@ -10,6 +10,22 @@
  *   weight layout (C_in, kH, kW, Cog).
  * Convolution: weight layout (C_out, kH, kW, Cig), x read at
  *   (oy*sH - pad_top + ky*dH, ox*sW - pad_left + kx*dW), zero outside the image.
+ *
+ * THE BOUND THE KERNELS ASSUME (fastdeconv/_params.py must reject anything beyond it). The kernels
+ * never rely on wrapping: they are UBSan-clean under -fno-wrapv up to this bound.
+ *   1. Per spatial axis, with in, out, k, s, d, pad_begin, pad_end that axis's input size, output
+ *      size, kernel, stride, dilation and pads (k, s, d, in, out >= 1; pads >= 0):
+ *        transposed:  in + out + (in - 1)*s  + (k - 1)*d + pad_begin + pad_end + s + d  <  2^63
+ *        convolution: in + out + (out - 1)*s + (k - 1)*d + pad_begin + pad_end + s + d  <  2^63
+ *      (output_padding < max(s, d) is within it). Every coordinate a kernel forms (a tap's row
+ *      iy*s - pad_begin + ky*d, its quotient by s, a loop bound such as out + s - 1) is a sum of
+ *      some of these terms, each at most once and with either sign, so it fits in ptrdiff_t. A
+ *      coordinate that may lie outside the image or the kernel (e.g. the first tap of a pixel
+ *      2^60 columns left of the output) is compared or clamped before it is multiplied by a size.
+ *   2. The element counts N*H*W*C_in (x), N*H_out*W_out*C_out (y) and C_in*kH*kW*C_out/groups (the
+ *      weight) are each < 2^48, so that offsets into them, packed weights and workspaces (at most
+ *      2^14 bytes per weight element: 1536 pointers per tap) fit in 64 bits. Arrays that exist in
+ *      memory always satisfy this.
  */
 #ifndef FASTDECONV_CONV_GEOMETRY_H
 #define FASTDECONV_CONV_GEOMETRY_H

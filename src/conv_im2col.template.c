@@ -2,7 +2,10 @@
  *
  * The im2col matrix is never copied: it is an indirection buffer (XNNPACK's
  * "indirect GEMM"), one pointer per (output pixel, tap) to the Cig input
- * channels that tap reads, or to a zero vector where the tap falls in the padding:
+ * channels that tap reads, or to a zero vector where the tap falls in the padding
+ * (a convolution's formula reads x as zero there, so 0 * w is one of its terms and
+ * 0 * Inf = NaN is right, as in fastdeconv.reference; the transposed convolutions
+ * have no such terms and skip their outside taps instead):
  *   y[p, g*Cog + o] = bias + sum_{t = (ky, kx)} sum_i im2col[p, t, i] * w[g*Cog + o, ky, kx, i]
  *   GEMM shape (|P|, kH*kW*Cig) @ (kH*kW*Cig, Cog) per group; B is the group's
  *   weight slice transposed, packed once per layer (see PackedLayer).

@@ -12,8 +12,11 @@
  * band recomputes the few input rows it shares with its neighbours (at most
  * ceil(dH*(kH-1)/sH) rows per band edge).
  *
- * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk
- * (>= W) input pixels of kH*kW*Cog elements, and chunk pointers each for the GEMM's A and C rows.
+ * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk input
+ * pixels of kH*kW*Cog elements, and chunk pointers each for the GEMM's A and C rows. A chunk is
+ * whole input rows when a row fits, else a piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the
+ * workspace does not grow with the image. Pieces are taken in pixel order, so every output element
+ * receives its terms in the same order either way: the result does not depend on the chunk.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -27,7 +30,7 @@ static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     const ptrdiff_t taps_cols = geo->kernel_h * geo->kernel_w * (geo->out_channels / geo->groups);
     fd_workspace ws;
     ws.chunk = (ptrdiff_t)(FD_COL2IM_WORKSPACE_BYTES / (itemsize * (size_t)(taps_cols > 0 ? taps_cols : 1)));
-    if (ws.chunk < geo->in_w) ws.chunk = geo->in_w;
+    if (ws.chunk < FD_COL2IM_MIN_PIXELS) ws.chunk = FD_COL2IM_MIN_PIXELS;
     /* pointers first, so that they are aligned whatever the element count */
     ws.bytes = (size_t)ws.chunk * (2 * sizeof(void *) + (size_t)taps_cols * itemsize);
     return ws;
@@ -56,7 +59,7 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
     const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t taps_cols = kH * kW * Cog;
-    if (col_pixels < W || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end) return FD_ERR_WORKSPACE;
+    if (col_pixels < 1 || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end) return FD_ERR_WORKSPACE;
 
     FD_REAL *y_image = y + n * Ho * Wo * Cout;
     for (ptrdiff_t oy = oy_begin; oy < oy_end; oy++) {
@@ -71,39 +74,47 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
     ptrdiff_t iy_last = fd_floor_div(oy_end - 1 + geo->pad_top, sH);
     if (iy_first < 0) iy_first = 0;
     if (iy_last > H - 1) iy_last = H - 1;
-    const ptrdiff_t rows_per_chunk = col_pixels / W;
+    /* A chunk: rows_per_chunk whole rows, or (a row longer than the buffer) pieces of `width` pixels. */
+    const ptrdiff_t rows_per_chunk = col_pixels >= W ? col_pixels / W : 1;
+    const ptrdiff_t width = col_pixels >= W ? W : col_pixels;
 
     for (ptrdiff_t iy0 = iy_first; iy0 <= iy_last; iy0 += rows_per_chunk) {
-        ptrdiff_t rows = iy_last - iy0 + 1;
-        if (rows > rows_per_chunk) rows = rows_per_chunk;
-        const ptrdiff_t M = rows * W;
-        for (ptrdiff_t g = 0; g < G; g++) {
-            const FD_REAL *x_rows = x + ((n * H + iy0) * W) * Cin + g * Cig;
-            for (ptrdiff_t p = 0; p < M; p++) {
-                a_rows[p] = x_rows + p * Cin;
-                c_rows[p] = col + p * taps_cols;
-            }
-            FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows, (const FD_REAL *)fd_blob_part(packed, (size_t)g), NULL,
-                                 c_rows, 0);
-            for (ptrdiff_t p = 0; p < M; p++) {
-                const ptrdiff_t iy = iy0 + p / W, ix = p % W;
-                /* the taps kx whose column lands inside the output: ox = ix*sW - pad_left + kx*dW */
-                const ptrdiff_t ox0 = ix * sW - geo->pad_left;
-                ptrdiff_t kx_lo = ox0 >= 0 ? 0 : fd_ceil_div(-ox0, dW);
-                ptrdiff_t kx_hi = fd_floor_div(Wo - 1 - ox0, dW) + 1;
-                if (kx_hi > kW) kx_hi = kW;
-                for (ptrdiff_t ky = 0; ky < kH; ky++) {
-                    const ptrdiff_t oy = iy * sH - geo->pad_top + ky * dH;
-                    if (oy < oy_begin || oy >= oy_end) continue;
-                    const FD_REAL *FD_RESTRICT src = col + p * taps_cols + ky * kW * Cog;
-                    FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;   /* indexed at ox >= 0 only */
-                    if (dW == 1 && G == 1) {
-                        /* consecutive taps hit consecutive pixels: one contiguous run of (kx_hi - kx_lo)*Cout */
-                        for (ptrdiff_t e = kx_lo * Cog; e < kx_hi * Cog; e++) dst_row[ox0 * Cout + e] += src[e];
-                        continue;
+        const ptrdiff_t rows = iy_last - iy0 + 1 < rows_per_chunk ? iy_last - iy0 + 1 : rows_per_chunk;
+        for (ptrdiff_t ix0 = 0; ix0 < W; ix0 += width) {
+            const ptrdiff_t piece = W - ix0 < width ? W - ix0 : width;   /* == W when rows > 1 */
+            const ptrdiff_t M = rows * piece;
+            for (ptrdiff_t g = 0; g < G; g++) {
+                const FD_REAL *x_first = x + ((n * H + iy0) * W + ix0) * Cin + g * Cig;
+                for (ptrdiff_t p = 0; p < M; p++) {
+                    a_rows[p] = x_first + p * Cin;   /* rows > 1 only with whole rows: consecutive pixels */
+                    c_rows[p] = col + p * taps_cols;
+                }
+                FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows,
+                                     (const FD_REAL *)fd_blob_part(packed, (size_t)g), NULL, c_rows, 0);
+                for (ptrdiff_t p = 0; p < M; p++) {
+                    const ptrdiff_t iy = iy0 + p / piece, ix = ix0 + p % piece;
+                    /* the taps kx whose column lands inside the output, ox = ix*sW - pad_left + kx*dW:
+                       [kx_lo, kx_hi), clamped to [0, kW] before anything is multiplied by it */
+                    const ptrdiff_t ox0 = ix * sW - geo->pad_left;
+                    ptrdiff_t kx_lo = ox0 >= 0 ? 0 : fd_ceil_div(-ox0, dW);
+                    ptrdiff_t kx_hi = fd_floor_div(Wo - 1 - ox0, dW) + 1;
+                    if (kx_hi > kW) kx_hi = kW;
+                    if (kx_lo >= kx_hi) continue;   /* also every pixel with |ox0| beyond the output */
+                    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                        const ptrdiff_t oy = iy * sH - geo->pad_top + ky * dH;
+                        if (oy < oy_begin || oy >= oy_end) continue;
+                        const FD_REAL *FD_RESTRICT src = col + p * taps_cols + ky * kW * Cog;
+                        FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
+                        if (dW == 1 && G == 1) {
+                            /* consecutive taps hit consecutive pixels: one contiguous run of
+                               (kx_hi - kx_lo)*Cout elements starting at output column ox0 + kx_lo */
+                            FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx_lo) * Cout;
+                            for (ptrdiff_t e = 0; e < (kx_hi - kx_lo) * Cog; e++) dst[e] += src[kx_lo * Cog + e];
+                            continue;
+                        }
+                        for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++)
+                            for (ptrdiff_t o = 0; o < Cog; o++) dst_row[(ox0 + kx * dW) * Cout + o] += src[kx * Cog + o];
                     }
-                    for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++)
-                        for (ptrdiff_t o = 0; o < Cog; o++) dst_row[(ox0 + kx * dW) * Cout + o] += src[kx * Cog + o];
                 }
             }
         }

@@ -6,8 +6,11 @@
  * So each of the sH*sW output phases is an ordinary stride-1 correlation with a
  * sub-kernel of Ty(ry)*Tx(rx) taps, computed as one indirect GEMM per phase and group:
  *   y[p, g*Cog + o] = bias + sum_{t=(ky,kx)} sum_i x[n, iy_t(p), ix_t(p), g*Cig + i] * w[g*Cig + i, ky, kx, o]
- *   iy_t = (oy + pad_top - ky*dH) / sH   (exact),  zero where it falls outside the image
+ *   iy_t = (oy + pad_top - ky*dH) / sH   (exact),  the tap left out where it falls outside the image
  *   GEMM shape (|P|, Ty*Tx*Cig) @ (Ty*Tx*Cig, Cog), B packed once per (group, phase).
+ * A tap outside the image gets a NULL A row, which the GEMM skips (FD_GEMM_SKIP_NULL), rather than
+ * a row of zeros: 0 * Inf = NaN, so one infinite weight would turn every border pixel into NaN
+ * where the formula has no such term.
  * Every output element is written exactly once: no column buffer, no zero fill, no
  * scatter-add, and no multiplication by inserted zeros. Phases with no taps (the
  * dilated kernel shorter than the stride) get the bias.
@@ -37,9 +40,17 @@ static const char *phase_unsupported(const fd_geometry *geo) {
     return NULL;
 }
 
-/* Blob parts: the row and column tap tables, Cig zeros (the A row of taps outside the image),
- * then the packed (Ty*Tx*Cig, Cog) sub-kernel of every (group, row phase, column phase). */
-enum { PHASE_TAPS_Y, PHASE_TAPS_X, PHASE_ZEROS, PHASE_MATRICES };
+/* One (row phase, column phase): its taps' input offsets (input row jy + base_y[ty] for phase row
+ * jy, likewise columns) and the sizes that place its pixels in x and y. */
+typedef struct {
+    ptrdiff_t Ty, Tx;
+    const ptrdiff_t *base_y, *base_x;
+    ptrdiff_t H, W, Cin, Ho, Wo, Cout, ry, sH, sW;
+} phase_pixels;
+
+/* Blob parts: the row and column tap tables, then the packed (Ty*Tx*Cig, Cog) sub-kernel of every
+ * (group, row phase, column phase). */
+enum { PHASE_TAPS_Y, PHASE_TAPS_X, PHASE_MATRICES };
 
 static fd_workspace phase_workspace(const fd_geometry *geo, int dtype) {
     const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
@@ -77,6 +88,28 @@ FD_DEFINE_ALGORITHM(phase, 1)
 
 #else
 
+/* Output pixel (image n, phase row jy, phase column jx) of the phase in `p` as one GEMM row: its C
+ * row (y_phase: y offset to the phase's column, group and channels) and its Ty*Tx A rows (x_group:
+ * x offset to the group), NULL for a tap outside the image. Returns whether there was one. */
+static inline int FD_FN(phase_pixel)(const phase_pixels *p, const FD_REAL *x_group, FD_REAL *y_phase, ptrdiff_t n,
+                                     ptrdiff_t jy, ptrdiff_t jx, const FD_REAL **a, FD_REAL **c)
+{
+    const FD_REAL *x_image = x_group + n * p->H * p->W * p->Cin;
+    int outside = 0;
+    *c = y_phase + ((n * p->Ho + p->ry + jy * p->sH) * p->Wo + jx * p->sW) * p->Cout;
+    for (ptrdiff_t ty = 0; ty < p->Ty; ty++) {
+        const ptrdiff_t iy = jy + p->base_y[ty];
+        const int row_inside = iy >= 0 && iy < p->H;
+        for (ptrdiff_t tx = 0; tx < p->Tx; tx++) {
+            const ptrdiff_t ix = jx + p->base_x[tx];
+            const int inside = row_inside && ix >= 0 && ix < p->W;
+            a[ty * p->Tx + tx] = inside ? x_image + (iy * p->W + ix) * p->Cin : NULL;
+            outside |= !inside;
+        }
+    }
+    return outside;
+}
+
 static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, const FD_REAL *FD_RESTRICT x,
                                     const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
                                     ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
@@ -91,7 +124,6 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
     const ptrdiff_t cols = col_end - col_begin;
     const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_Y);
     const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_X);
-    const FD_REAL *zeros = (const FD_REAL *)fd_blob_part(packed, PHASE_ZEROS);
     if (ry < 0 || ry >= sH || row_begin < 0 || row_end > geo->batch * Jy || chunk_pixels < 1 || col_begin < 0 ||
         col_end > Cog || cols < 0 || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
         return FD_ERR_ARGUMENT;
@@ -118,26 +150,46 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
                 const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
                 const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
                 for (ptrdiff_t tx = 0; tx < Tx; tx++) base_x[tx] = (rx + geo->pad_left - kx_list[tx] * dW) / sW;
+                const phase_pixels taps = {Ty, Tx, base_y, base_x, H, W, Cin, Ho, Wo, Cout, ry, sH, sW};
                 const FD_REAL *B = (const FD_REAL *)fd_blob_part(packed, PHASE_MATRICES + (size_t)((g * sH + ry) * sW + rx)) +
                                    T * Cig * col_begin;
                 for (ptrdiff_t jx0 = 0; jx0 < Jx; jx0 += chunk_pixels) {
                     const ptrdiff_t jx1 = jx0 + chunk_pixels < Jx ? jx0 + chunk_pixels : Jx;
+                    /* The chunk's pixels in an order that gives most GEMM row tiles one pattern of
+                       taps outside the image: first the interior (rows and columns whose taps all
+                       land in the image), then the border columns of the interior rows a column at a
+                       time, then the border rows. A tile whose rows all lack a tap skips it; one
+                       without a missing tap runs the plain kernel. */
+                    ptrdiff_t cx_lo = jx0, cx_hi = jx1, jy_lo = 0, jy_hi = Jy;
+                    if (T > 0) {   /* base_* descend with the tap index */
+                        cx_lo = -base_x[Tx - 1] > jx0 ? -base_x[Tx - 1] : jx0;
+                        cx_hi = W - base_x[0] < jx1 ? W - base_x[0] : jx1;
+                        if (cx_lo > jx1) cx_lo = jx1;
+                        if (cx_hi < cx_lo) cx_hi = cx_lo;
+                        jy_lo = -base_y[Ty - 1];
+                        jy_hi = H - base_y[0];
+                    }
+                    const FD_REAL *x_group = x + g * Cig;
+                    FD_REAL *y_phase = y + rx * Cout + g * Cog + col_begin;
                     ptrdiff_t M = 0;
-                    for (ptrdiff_t r = r0; r < r1; r++) {
-                        const ptrdiff_t n = r / Jy, jy = r % Jy;
-                        const FD_REAL *x_image = x + n * H * W * Cin + g * Cig;
-                        FD_REAL *y_row = y + ((n * Ho + ry + jy * sH) * Wo + rx) * Cout + g * Cog + col_begin;
-                        for (ptrdiff_t jx = jx0; jx < jx1; jx++, M++) {
-                            c_rows[M] = y_row + jx * sW * Cout;
-                            const FD_REAL **a = a_rows + M * T;
-                            for (ptrdiff_t ty = 0; ty < Ty; ty++) {
-                                const ptrdiff_t iy = jy + base_y[ty];
-                                const int row_inside = iy >= 0 && iy < H;
-                                for (ptrdiff_t tx = 0; tx < Tx; tx++) {
-                                    const ptrdiff_t ix = jx + base_x[tx];
-                                    a[ty * Tx + tx] =
-                                        (row_inside && ix >= 0 && ix < W) ? x_image + (iy * W + ix) * Cin : zeros;
-                                }
+                    int outside = 0;   /* some tap of this chunk falls outside the image */
+                    for (int border_rows = 0; border_rows <= 1; border_rows++) {
+                        for (ptrdiff_t r = r0; r < r1; r++) {   /* interior columns, row by row */
+                            const ptrdiff_t n = r / Jy, jy = r % Jy;
+                            if ((jy < jy_lo || jy >= jy_hi) != border_rows) continue;
+                            for (ptrdiff_t jx = cx_lo; jx < cx_hi; jx++, M++)
+                                outside |= FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, jx, a_rows + M * T,
+                                                              c_rows + M);
+                        }
+                        for (ptrdiff_t jx = jx0; jx < jx1; jx++) {   /* border columns, column by column */
+                            if (jx == cx_lo) jx = cx_hi;
+                            if (jx >= jx1) break;
+                            for (ptrdiff_t r = r0; r < r1; r++) {
+                                const ptrdiff_t n = r / Jy, jy = r % Jy;
+                                if ((jy < jy_lo || jy >= jy_hi) != border_rows) continue;
+                                outside |= FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, jx, a_rows + M * T,
+                                                              c_rows + M);
+                                M++;
                             }
                         }
                     }
@@ -146,7 +198,7 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
                             for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = g_bias ? g_bias[o] : (FD_REAL)0;
                     } else {
                         FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, B, g_bias,
-                                             c_rows, 0);
+                                             c_rows, outside ? FD_GEMM_SKIP_NULL : 0);
                     }
                 }
             }
@@ -179,11 +231,9 @@ static int FD_FN(phase_pack)(const fd_geometry *geo, const void *weight, void *b
     fd_blob_begin(&b, blob, PHASE_MATRICES + (size_t)(G * sH * sW));
     void *taps_y_part = fd_blob_add(&b, PHASE_TAPS_Y, taps_y_bytes);
     void *taps_x_part = fd_blob_add(&b, PHASE_TAPS_X, taps_x_bytes);
-    void *zeros = fd_blob_add(&b, PHASE_ZEROS, (size_t)Cig * sizeof(FD_REAL));
     if (blob != NULL) {
         memcpy(taps_y_part, taps_y, taps_y_bytes);
         memcpy(taps_x_part, taps_x, taps_x_bytes);
-        memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
     }
     const FD_REAL *w = (const FD_REAL *)weight;
     for (ptrdiff_t g = 0; g < G; g++)

@@ -5,7 +5,7 @@
  * algorithm around it is deconv_depthwise.template.c. */
 #include "conv_geometry.h"
 #include "templating.h"
-#include "gemm.h"
+#include "gemm_internal.h"
 #include "depthwise_rows.h"
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
@@ -18,15 +18,17 @@
 #undef FD_TARGET
 #undef FD_ISA
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#if FD_GEMM_X86_SIMD
 #define FD_HAVE_X86_CLONES 1
-#define FD_TARGET __attribute__((target("avx2,fma")))
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 
-#define FD_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,avx2")))
+/* The AVX-512 clones may use more than the GEMM's AVX-512 kernels (vl, bw, dq): dispatch checks
+ * their own list (depthwise_avx512_ok). */
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
 #define FD_ISA avx512
 #include "instantiate_types.h"
 #undef FD_TARGET
@@ -42,7 +44,7 @@
  * accumulated in registers over all its taps and stored once, 32 channels (two masked zmm)
  * at a time. The generic kernel's read-modify-write of a whole output row per tap was bound
  * by L1/L2 traffic (measured 3x slower on fcn8s_final). Same math as the template. */
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_sdepthwise_rows_avx512_c1(
+FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES) static int fd_sdepthwise_rows_avx512_c1(
     const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *FD_RESTRICT x,
     const float *FD_RESTRICT wr, const float *FD_RESTRICT bias, float *FD_RESTRICT y, ptrdiff_t row_begin,
     ptrdiff_t row_end)
@@ -101,6 +103,14 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_
 }
 #endif
 
+#if FD_HAVE_X86_CLONES
+/* The GEMM's ISA choice picks the clone, but a clone runs only where the CPU has every feature it
+ * was compiled for; the AVX-512 clones need more than the AVX-512 GEMM, so they fall back to the
+ * AVX2 clone (or the portable one) on a CPU with avx512f but without vl/bw/dq. */
+static int depthwise_avx512_ok(void) { return FD_CPU_SUPPORTS(FD_AVX512_DEPTHWISE_FEATURES); }
+static int depthwise_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
+#endif
+
 #define FD_DEPTHWISE_DISPATCH(prefix, real)                                                                   \
     int fd_##prefix##depthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y,                   \
                                            const ptrdiff_t *taps_x, const real *x, const real *wr,            \
@@ -109,19 +119,24 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fd_
         switch (FD_HAVE_X86_CLONES ? fd_gemm_get_isa() : FD_ISA_PORTABLE) {                                    \
         DEPTHWISE_X86_CASES(prefix)                                                                            \
         default:                                                                                               \
-            return fd_##prefix##depthwise_rows_portable(geo, taps_y, taps_x, x, wr, bias, y,           \
-                                                               row_begin, row_end);                            \
+            break;                                                                                             \
         }                                                                                                      \
+        return fd_##prefix##depthwise_rows_portable(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end);  \
     }
 
 #if FD_HAVE_X86_CLONES
 #define DEPTHWISE_X86_CASES(prefix)                                                                           \
     case FD_ISA_AVX512:                                                                                       \
-        if (DEPTHWISE_AVX512_C1_##prefix && geo->out_channels == geo->in_channels)                           \
-            return DEPTHWISE_AVX512_C1_CALL_##prefix;                                                        \
-        return fd_##prefix##depthwise_rows_avx512(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end); \
+        if (depthwise_avx512_ok()) {                                                                          \
+            if (DEPTHWISE_AVX512_C1_##prefix && geo->out_channels == geo->in_channels)                       \
+                return DEPTHWISE_AVX512_C1_CALL_##prefix;                                                    \
+            return fd_##prefix##depthwise_rows_avx512(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end); \
+        }                                                                                                     \
+        /* fall through */                                                                                    \
     case FD_ISA_AVX2:                                                                                         \
-        return fd_##prefix##depthwise_rows_avx2(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end);
+        if (depthwise_avx2_ok())                                                                              \
+            return fd_##prefix##depthwise_rows_avx2(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end); \
+        break;
 #else
 #define DEPTHWISE_X86_CASES(prefix)
 #endif

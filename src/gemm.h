@@ -2,12 +2,16 @@
  *
  * MATH
  *   for m < M, n < N:
- *     c_rows[m][n] = init + sum_{t<T} sum_{k<Kc} a_rows[m*T + t][k] * B[t*Kc + k][n]
- *   init = accumulate ? c_rows[m][n] : (bias ? bias[n] : 0)
- *   a_rows holds M*T pointers to Kc contiguous elements (entries may alias, e.g. a
- *   shared zero row for padding taps); c_rows holds M pointers to N contiguous
- *   elements, rows never overlap. B (K x N, K = T*Kc) is packed once with
- *   fd_?gemm_pack_b. M == 0 or N == 0 is a no-op.
+ *     c_rows[m][n] = init + sum_{t<T, a_rows[m*T + t] != NULL} sum_{k<Kc} a_rows[m*T + t][k] * B[t*Kc + k][n]
+ *   init = (flags & FD_GEMM_ACCUMULATE) ? c_rows[m][n] : (bias ? bias[n] : 0)
+ *   a_rows holds M*T pointers to Kc contiguous elements (entries may alias); c_rows
+ *   holds M pointers to N contiguous elements, rows never overlap. B (K x N, K = T*Kc)
+ *   is packed once with fd_?gemm_pack_b. M == 0 or N == 0 is a no-op.
+ *   With FD_GEMM_SKIP_NULL in flags, an a_rows entry may be NULL: that tap is left out
+ *   of that row's sum. A shared zero row would not do: 0 * Inf = NaN, so a non-finite
+ *   weight would poison every pixel with a padding tap. Row tiles without a NULL run the
+ *   plain kernel; the others a variant that skips a tap missing from every row of the
+ *   tile and, for a tap missing from some rows only, restores those rows' accumulators.
  *
  * THREADS
  *   No mutable global state besides the ISA choice, which is resolved once
@@ -92,11 +96,14 @@ void fd_dgemm_pack_b(size_t K, size_t N, const double *b, ptrdiff_t stride_k, pt
 void fd_sgemm_pack_b_rows(size_t K, size_t N, const float *const *rows, float *packed);
 void fd_dgemm_pack_b_rows(size_t K, size_t N, const double *const *rows, double *packed);
 
+/* fd_?gemm_indirect's flags (see MATH above). */
+enum { FD_GEMM_ACCUMULATE = 1, FD_GEMM_SKIP_NULL = 2 };
+
 /* Indirect GEMM, see the top of this file. packed_b comes from fd_?gemm_pack_b with K = T*Kc. */
 void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                       const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+                       const float *packed_b, const float *bias, float *const *c_rows, int flags);
 void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                       const double *packed_b, const double *bias, double *const *c_rows, int accumulate);
+                       const double *packed_b, const double *bias, double *const *c_rows, int flags);
 
 /* ISA paths. Initial choice: the best supported one, overridable with the
  * Python package's $FASTDECONV_ISA=portable|avx2|avx512 (parsed once at import, see

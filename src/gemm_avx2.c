@@ -9,13 +9,10 @@
 
 #include "templating.h"
 
-#define FD_TARGET __attribute__((target("avx2,fma")))
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx2)
 
-int fd_gemm_avx2_available(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-}
+int fd_gemm_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES) ? 1 : 0; }
 
 /* Lane masks for the first n lanes (maskload/maskstore never touch the others). */
 static inline FD_TARGET __m256i fd_avx2_mask32(int n) {
@@ -72,13 +69,13 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 int fd_gemm_avx2_available(void) { return 0; }
 
 void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                            const float *packed_b, const float *bias, float *const *c_rows, int accumulate) {
-    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+                            const float *packed_b, const float *bias, float *const *c_rows, int flags) {
+    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
 }
 
 void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                            const double *packed_b, const double *bias, double *const *c_rows, int accumulate) {
-    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+                            const double *packed_b, const double *bias, double *const *c_rows, int flags) {
+    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
 }
 
 #endif

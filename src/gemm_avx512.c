@@ -8,13 +8,11 @@
 
 #include "templating.h"
 
-#define FD_TARGET __attribute__((target("avx512f,fma")))
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx512)
 
-int fd_gemm_avx512_available(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? 1 : 0;
-}
+/* All of FD_AVX512_FEATURES, not avx512f alone: the kernels are also compiled for fma (and avx2). */
+int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) ? 1 : 0; }
 
 /* ---- float: 16 lanes */
 #define FD_REAL float
@@ -63,14 +61,14 @@ int fd_gemm_avx512_available(void) {
 int fd_gemm_avx512_available(void) { return 0; }
 
 void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                              const float *packed_b, const float *bias, float *const *c_rows, int accumulate) {
-    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+                              const float *packed_b, const float *bias, float *const *c_rows, int flags) {
+    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
 }
 
 void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                               const double *packed_b, const double *bias, double *const *c_rows,
-                              int accumulate) {
-    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, accumulate);
+                              int flags) {
+    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
 }
 
 #endif

@@ -15,6 +15,20 @@
 #define FD_GEMM_X86_SIMD 0
 #endif
 
+/* The x86 features each SIMD kernel is compiled for, one list per kernel family used twice: in its
+ * target attribute (FD_TARGET_FEATURES) and in its run-time check (FD_CPU_SUPPORTS), so that a
+ * kernel never runs on a CPU lacking an instruction it was allowed to use. Features GCC implies
+ * (avx512f enables avx2 and avx; avx2 enables avx) are listed, and so checked, explicitly. */
+#define FD_AVX2_FEATURES(X, SEP) X(avx) SEP X(avx2) SEP X(fma)
+#define FD_AVX512_FEATURES(X, SEP) X(avx) SEP X(avx2) SEP X(fma) SEP X(avx512f)
+#define FD_AVX512_DEPTHWISE_FEATURES(X, SEP) \
+    X(avx) SEP X(avx2) SEP X(fma) SEP X(avx512f) SEP X(avx512vl) SEP X(avx512bw) SEP X(avx512dq)
+#define FD_FEATURE_NAME(f) #f
+#define FD_FEATURE_SUPPORTED(f) __builtin_cpu_supports(#f)
+/* "avx" "," "avx2" ... concatenates into one "avx,avx2,..." string (GCC and clang) */
+#define FD_TARGET_FEATURES(list) __attribute__((target(list(FD_FEATURE_NAME, ","))))
+#define FD_CPU_SUPPORTS(list) (__builtin_cpu_init(), list(FD_FEATURE_SUPPORTED, &&))
+
 /* Packed-B geometry, shared by every ISA (see gemm.h): panels of
  * FD_?PANEL columns; the last panel is only rounded up to FD_?GRANULE. */
 #define FD_SPANEL 32
@@ -46,16 +60,16 @@ static inline size_t fd_gemm_row_chunk(size_t M, size_t N, size_t K, size_t elem
 /* Per-ISA entry points; same contract as fd_?gemm_indirect. */
 typedef void (*fd_sgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
                                      const float *packed_b, const float *bias, float *const *c_rows,
-                                     int accumulate);
+                                     int flags);
 typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                                      const double *packed_b, const double *bias, double *const *c_rows,
-                                     int accumulate);
+                                     int flags);
 
 void fd_sgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                                const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+                                const float *packed_b, const float *bias, float *const *c_rows, int flags);
 void fd_dgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                                 const double *packed_b, const double *bias, double *const *c_rows,
-                                int accumulate);
+                                int flags);
 
 /* Each returns 1 if compiled in and the CPU/OS can run it. */
 int fd_gemm_avx2_available(void);
@@ -63,13 +77,13 @@ int fd_gemm_avx512_available(void);
 
 /* Defined as stubs (never called) when the ISA is not compiled in. */
 void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                            const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+                            const float *packed_b, const float *bias, float *const *c_rows, int flags);
 void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                            const double *packed_b, const double *bias, double *const *c_rows, int accumulate);
+                            const double *packed_b, const double *bias, double *const *c_rows, int flags);
 void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                              const float *packed_b, const float *bias, float *const *c_rows, int accumulate);
+                              const float *packed_b, const float *bias, float *const *c_rows, int flags);
 void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                               const double *packed_b, const double *bias, double *const *c_rows,
-                              int accumulate);
+                              int flags);
 
 #endif

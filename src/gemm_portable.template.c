@@ -61,11 +61,13 @@ void FD_FN(gemm_pack_b)(size_t K, size_t N, const FD_REAL *b, ptrdiff_t stride_k
 }
 
 /* One tile: rows [0, mr) of a_rows/c_rows, columns [n, n + nc) of C, whose B
- * columns start at b (row k of the panel at b + k*b_stride). */
+ * columns start at b (row k of the panel at b + k*b_stride). With `skip`, NULL A rows
+ * are left out as in gemm_simd.template.c: a tap missing from some rows runs for all
+ * and the missing rows' accumulators are put back. */
 static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                       const FD_REAL *b, size_t b_stride, const FD_REAL *bias, size_t n,
-                                      FD_REAL *const *c_rows, int accumulate) {
-    FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR];
+                                      FD_REAL *const *c_rows, int accumulate, int skip) {
+    FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR], saved[FD_PORTABLE_MR][FD_PORTABLE_NR];
     size_t i, j, t, k;
     for (i = 0; i < FD_PORTABLE_MR; i++)
         for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] = (FD_REAL)0;
@@ -75,7 +77,19 @@ static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc
          * inner loop has a fixed shape the compiler can keep in registers. */
         const FD_REAL *a[FD_PORTABLE_MR];
         const FD_REAL *FD_RESTRICT bk = b + t * Kc * b_stride;
+        unsigned missing = 0;
         for (i = 0; i < FD_PORTABLE_MR; i++) a[i] = a_rows[(i < mr ? i : mr - 1) * T + t];
+        if (skip) {
+            const FD_REAL *present = NULL;
+            for (i = 0; i < FD_PORTABLE_MR; i++) {
+                if (a[i] == NULL) missing |= 1u << i;
+                else present = a[i];
+            }
+            if (present == NULL) continue;
+            for (i = 0; i < FD_PORTABLE_MR; i++)
+                if (a[i] == NULL) a[i] = present;
+            if (missing) memcpy(saved, acc, sizeof acc);
+        }
         for (k = 0; k < Kc; k++, bk += b_stride) {
             FD_PORTABLE_UNROLL
             for (i = 0; i < FD_PORTABLE_MR; i++) {
@@ -84,6 +98,8 @@ static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc
                 for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] += ai * bk[j];
             }
         }
+        for (i = 0; i < FD_PORTABLE_MR; i++)
+            if (missing >> i & 1u) memcpy(acc[i], saved[i], sizeof acc[i]);
     }
 
     for (i = 0; i < mr; i++) {
@@ -97,8 +113,9 @@ static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc
 
 void FD_FN(gemm_indirect_portable)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                    const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
-                                   int accumulate) {
+                                   int flags) {
     const size_t K = T * Kc;
+    const int accumulate = (flags & FD_GEMM_ACCUMULATE) != 0, skip = (flags & FD_GEMM_SKIP_NULL) != 0;
     size_t n0, m0, j;
     for (n0 = 0; n0 < N; n0 += FD_PANEL) {
         const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
@@ -108,7 +125,7 @@ void FD_FN(gemm_indirect_portable)(size_t M, size_t N, size_t T, size_t Kc, cons
             for (j = 0; j < width && n0 + j < N; j += FD_PORTABLE_NR) {
                 const size_t nc = N - n0 - j < FD_PORTABLE_NR ? N - n0 - j : FD_PORTABLE_NR;
                 FD_FN(gemm_portable_tile)(mr, nc, T, Kc, a_rows + m0 * T, panel + j, width, bias, n0 + j,
-                                          c_rows + m0, accumulate);
+                                          c_rows + m0, accumulate, skip);
             }
         }
     }

@@ -23,10 +23,16 @@
 /* elements of A in a 64-byte cache line */
 #define FD_A_LINE (64 / (int)sizeof(FD_REAL))
 
+/* SKIP (a constant): a_rows entries may be NULL (gemm.h, FD_GEMM_SKIP_NULL). A tap missing from
+ * every row of the tile is skipped; one missing from some rows runs for all of them (those rows
+ * read another row's A) and the missing rows' accumulators are put back afterwards, so they never
+ * see the product. The plain instantiation (SKIP = 0) is unchanged. */
 static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
-    const int MR, const int NV, size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
-    const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows, size_t n, int accumulate) {
+    const int MR, const int NV, const int SKIP, size_t mr, size_t nc, size_t T, size_t Kc,
+    const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows,
+    size_t n, int accumulate) {
     FD_VEC acc[FD_TILE_MAX_MR][FD_TILE_MAX_NV];
+    FD_VEC saved[FD_TILE_MAX_MR][FD_TILE_MAX_NV]; /* SKIP only */
     FD_REAL *c[FD_TILE_MAX_MR];
     const int full = nc >= (size_t)(NV * FD_LANES);
     int i, v;
@@ -58,8 +64,26 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
     for (t = 0; t < T; t++) {
         const FD_REAL *a[FD_TILE_MAX_MR];
         const FD_REAL *bk = b + t * Kc * b_stride;
+        unsigned missing = 0;
 #pragma GCC unroll 32
         for (i = 0; i < MR; i++) a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
+        if (SKIP) {
+            const FD_REAL *present = NULL;
+#pragma GCC unroll 32
+            for (i = 0; i < MR; i++) {
+                if (a[i] == NULL) missing |= 1u << i;
+                else present = a[i];
+            }
+            if (present == NULL) continue;
+            if (missing) {
+#pragma GCC unroll 32
+                for (i = 0; i < MR; i++) {
+                    if (a[i] == NULL) a[i] = present;
+#pragma GCC unroll 4
+                    for (v = 0; v < NV; v++) saved[i][v] = acc[i][v];
+                }
+            }
+        }
         for (k = 0; k < Kc; k++) {
             FD_VEC bv[FD_TILE_MAX_NV];
             /* A rows stream from memory through MR pointers at once, more streams than the
@@ -78,6 +102,12 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
 #pragma GCC unroll 4
                 for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
             }
+        }
+        if (SKIP && missing) {
+#pragma GCC unroll 32
+            for (i = 0; i < MR; i++)
+#pragma GCC unroll 4
+                for (v = 0; v < NV; v++) acc[i][v] = (missing >> i & 1u) ? saved[i][v] : acc[i][v];
         }
     }
 
@@ -98,26 +128,47 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
         }
 }
 
-static FD_TARGET void FD_SIMD_FN(tile_wide)(size_t mr, size_t nc, size_t T, size_t Kc,
-                                            const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride,
-                                            const FD_REAL *bias, FD_REAL *const *c_rows, size_t n, int accumulate) {
-    FD_SIMD_FN(tile)(FD_WIDE_MR, FD_WIDE_NV, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);
+/* Whether a row tile's mr*T A pointers hold a NULL: it then takes the tile that skips NULL taps
+ * (FD_GEMM_SKIP_NULL); checked once per tile and panel, only under that flag. */
+static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, size_t count) {
+    size_t i;
+    for (i = 0; i < count; i++)
+        if (a_rows[i] == NULL) return 1;
+    return 0;
 }
 
-static FD_TARGET void FD_SIMD_FN(tile_narrow)(size_t mr, size_t nc, size_t T, size_t Kc,
-                                              const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride,
-                                              const FD_REAL *bias, FD_REAL *const *c_rows, size_t n,
-                                              int accumulate) {
-    FD_SIMD_FN(tile)(FD_NARROW_MR, FD_NARROW_NV, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);
-}
+/* The four tile kernels: wide/narrow, plain/skipping NULL taps. The plain ones are inlined into
+ * rows_by_panel as before; the skipping ones (border tiles only) are kept out of line. */
+#define FD_DEFINE_TILE(name, MR, NV, SKIP, attributes)                                                           \
+    static attributes FD_TARGET void FD_SIMD_FN(name)(size_t mr, size_t nc, size_t T, size_t Kc,                 \
+                                                      const FD_REAL *const *a_rows, const FD_REAL *b,             \
+                                                      size_t b_stride, const FD_REAL *bias,                       \
+                                                      FD_REAL *const *c_rows, size_t n, int accumulate) {         \
+        FD_SIMD_FN(tile)(MR, NV, SKIP, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);        \
+    }
+FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, )
+FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, )
+/* GCC 12 loses track of acc[][] through the save/restore (a false "may be used uninitialized":
+ * every acc[i][v] with i < MR, v < NV is set from the bias first; the code is register-only). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, __attribute__((noinline)))
+FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((noinline)))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#undef FD_DEFINE_TILE
 
 /* All tiles of C rows [0, M) (pointer arrays already offset), panel by panel:
  * a B panel is reused from L1/L2 by every row tile before moving on. */
 static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t Kc,
                                                 const FD_REAL *const *a_rows, const FD_REAL *packed_b,
-                                                const FD_REAL *bias, FD_REAL *const *c_rows, int accumulate) {
+                                                const FD_REAL *bias, FD_REAL *const *c_rows, int flags) {
     const size_t K = T * Kc;
     const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
+    const int accumulate = (flags & FD_GEMM_ACCUMULATE) != 0, skip = (flags & FD_GEMM_SKIP_NULL) != 0;
     size_t n0, m0, j;
     for (n0 = 0; n0 < N; n0 += FD_PANEL) {
         const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
@@ -126,16 +177,28 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
         if (width >= wide) {
             for (m0 = 0; m0 < M; m0 += FD_WIDE_MR) {
                 const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
-                for (j = 0; j < valid; j += wide)
-                    FD_SIMD_FN(tile_wide)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                          c_rows + m0, n0 + j, accumulate);
+                const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr * T);
+                for (j = 0; j < valid; j += wide) {
+                    if (sparse)
+                        FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                                   c_rows + m0, n0 + j, accumulate);
+                    else
+                        FD_SIMD_FN(tile_wide)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                              c_rows + m0, n0 + j, accumulate);
+                }
             }
         } else {
             for (m0 = 0; m0 < M; m0 += FD_NARROW_MR) {
                 const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
-                for (j = 0; j < valid; j += narrow)
-                    FD_SIMD_FN(tile_narrow)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                            c_rows + m0, n0 + j, accumulate);
+                const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr * T);
+                for (j = 0; j < valid; j += narrow) {
+                    if (sparse)
+                        FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width,
+                                                     bias, c_rows + m0, n0 + j, accumulate);
+                    else
+                        FD_SIMD_FN(tile_narrow)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                                c_rows + m0, n0 + j, accumulate);
+                }
             }
         }
     }
@@ -143,12 +206,12 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
 
 FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                          const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
-                                         int accumulate) {
+                                         int flags) {
     const size_t chunk = fd_gemm_row_chunk(M, N, T * Kc, sizeof(FD_REAL), FD_WIDE_MR * FD_NARROW_MR);
     size_t m0;
     for (m0 = 0; m0 < M; m0 += chunk)
         FD_SIMD_FN(rows_by_panel)(M - m0 < chunk ? M - m0 : chunk, N, T, Kc, a_rows + m0 * T, packed_b, bias,
-                                  c_rows + m0, accumulate);
+                                  c_rows + m0, flags);
 }
 
 #undef FD_A_LINE

@@ -39,9 +39,11 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
 
 /* ------------------------------------------------------------ correctness */
 /* Each distinct A row is its own exact-size allocation so valgrind/ASan catch
- * any read past a_rows[i][Kc-1]; about 1/5 of the taps point at one shared zero row. */
+ * any read past a_rows[i][Kc-1]; about 1/5 of the taps point at one shared zero row.
+ * skip: FD_GEMM_SKIP_NULL, about 1/5 of the taps are NULL instead and one B element is
+ * infinite, so a NULL tap that leaked into the sum (0 * Inf) shows up as a NaN. */
 #define DEFINE_CHECK(REAL, P, TOL)                                                                               \
-    static void check_##P(size_t M, size_t N, size_t T, size_t Kc, int mode, int transposed_b) {               \
+    static void check_##P(size_t M, size_t N, size_t T, size_t Kc, int mode, int transposed_b, int skip) {     \
         const size_t K = T * Kc, rows = M * T;                                                                 \
         REAL *b = xmalloc(K * N * sizeof(REAL));                                                               \
         REAL *packed = xmalloc(fd_##P##gemm_packed_size(K, N) * sizeof(REAL));                                  \
@@ -56,13 +58,14 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
         const ptrdiff_t sk = transposed_b ? 1 : (ptrdiff_t)N, sn = transposed_b ? (ptrdiff_t)K : 1;             \
         for (k = 0; k < K; k++)                                                                                \
             for (n = 0; n < N; n++) b[k * sk + n * sn] = (REAL)rng_uniform();                                  \
+        if (skip && K > 0 && N > 0) b[rng_below(K) * sk + rng_below(N) * sn] = (REAL)INFINITY;                 \
         fd_##P##gemm_pack_b(K, N, b, sk, sn, packed);                                                          \
         for (k = 0; k < Kc; k++) zero_row[k] = 0;                                                              \
         for (n = 0; n < N; n++) bias[n] = (REAL)rng_uniform();                                                 \
         for (i = 0; i < rows; i++) {                                                                           \
             a_store[i] = NULL;                                                                                 \
             if (rng_below(5) == 0) {                                                                           \
-                a_rows[i] = zero_row;                                                                          \
+                a_rows[i] = skip && rng_below(4) != 0 ? NULL : zero_row;                                       \
             } else if (i > 0 && rng_below(6) == 0) {                                                           \
                 a_rows[i] = a_rows[rng_below(i)]; /* alias an earlier row */                                   \
             } else {                                                                                           \
@@ -81,7 +84,7 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
                 double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
                 double mag = fabs(acc);                                                                        \
                 for (t = 0; t < T; t++)                                                                        \
-                    for (k = 0; k < Kc; k++) {                                                                 \
+                    for (k = 0; k < Kc && a_rows[m * T + t] != NULL; k++) {                                    \
                         double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * sk + n * sn];    \
                         acc += prod;                                                                           \
                         mag += fabs(prod);                                                                     \
@@ -89,19 +92,22 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
                 ref[m * N + n] = acc;                                                                          \
                 scale[m * N + n] = mag;                                                                        \
             }                                                                                                  \
-        fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, mode == 2);        \
+        fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows,                    \
+                              (mode == 2 ? FD_GEMM_ACCUMULATE : 0) | (skip ? FD_GEMM_SKIP_NULL : 0));          \
         for (m = 0; m < M; m++) {                                                                              \
             for (n = 0; n < N + C_GUARD; n++) {                                                                \
                 const double got = c_rows[m][n];                                                               \
-                const int bad = n < N ? !(fabs(got - ref[m * N + n]) <= TOL * (scale[m * N + n] + 1e-30))      \
-                                      : got != SENTINEL;                                                       \
+                const double want = n < N ? ref[m * N + n] : SENTINEL;                                         \
+                const int bad = n >= N                ? got != SENTINEL                                        \
+                                : !isfinite(want)     ? !(got == want || (isnan(got) && isnan(want)))          \
+                                                      : !(fabs(got - want) <= TOL * (scale[m * N + n] + 1e-30)); \
                 if (bad) {                                                                                     \
                     if (failures < 20)                                                                         \
                         fprintf(stderr,                                                                        \
-                                "FAIL %s " #P " M=%zu N=%zu T=%zu Kc=%zu mode=%d bT=%d at (%zu,%zu): "         \
+                                "FAIL %s " #P " M=%zu N=%zu T=%zu Kc=%zu mode=%d bT=%d skip=%d at (%zu,%zu): " \
                                 "got %.9g want %.9g\n",                                                        \
-                                fd_gemm_isa_name(fd_gemm_get_isa()), M, N, T, Kc, mode, transposed_b, m, n,   \
-                                got, n < N ? ref[m * N + n] : SENTINEL);                                       \
+                                fd_gemm_isa_name(fd_gemm_get_isa()), M, N, T, Kc, mode, transposed_b, skip, m, \
+                                n, got, want);                                                                 \
                     failures++;                                                                                \
                     m = M;                                                                                     \
                     break;                                                                                     \
@@ -144,18 +150,22 @@ static void run_sweep(int quick) {
             if (!quick && rng_below(4) == 0) N = big_n[rng_below(sizeof big_n / sizeof big_n[0])];
             if (!quick && rng_below(8) == 0) M = 100 + rng_below(200);
             if (quick && M * N * T * Kc > 200000) T = 1;
-            check_s(M, N, T, Kc, mode, transposed);
-            check_d(M, N, T, Kc, mode, transposed);
+            const int skip = rng_below(2) == 0;
+            check_s(M, N, T, Kc, mode, transposed, skip);
+            check_d(M, N, T, Kc, mode, transposed, skip);
         }
         if (!quick) { /* a few large-K and the benchmark-like shapes, scaled down in M */
-            check_s(37, 70, 8, 512, 2, 0);
-            check_d(37, 70, 8, 512, 1, 1);
-            check_s(50, 256, 4, 512, 1, 0);
-            check_s(41, 16, 4, 32, 0, 0);
-            check_d(41, 16, 4, 32, 2, 0);
-            check_s(33, 3, 4, 64, 1, 0);
-            check_s(29, 64, 9, 64, 1, 0);
-            check_d(29, 64, 9, 64, 0, 0);
+            check_s(37, 70, 8, 512, 2, 0, 0);
+            check_d(37, 70, 8, 512, 1, 1, 0);
+            check_s(50, 256, 4, 512, 1, 0, 0);
+            check_s(41, 16, 4, 32, 0, 0, 0);
+            check_d(41, 16, 4, 32, 2, 0, 0);
+            check_s(33, 3, 4, 64, 1, 0, 0);
+            check_s(29, 64, 9, 64, 1, 0, 0);
+            check_d(29, 64, 9, 64, 0, 0, 0);
+            check_s(37, 70, 8, 512, 2, 0, 1);
+            check_s(29, 64, 9, 64, 1, 0, 1);
+            check_d(29, 64, 9, 64, 0, 0, 1);
         }
         printf("  %-8s %s\n", fd_gemm_isa_name(isa), failures == before ? "ok" : "FAILED");
     }
