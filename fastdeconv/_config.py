@@ -57,8 +57,9 @@ def config() -> dict:
         "simd_paths": info["gemm_isa_supported"],
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
         "workspace_bound": (
-            f"per thread: col2im column buffer max({_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, one input row's "
-            f"W*kH*kW*C_out/groups elements); phase/im2col indirection chunk*(kH*kW+1) pointers, chunk <= "
+            f"per thread, independent of the image size: col2im column buffer max("
+            f"{_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, {_cpu.COL2IM_MIN_PIXELS} input pixels' kH*kW*C_out/groups "
+            f"elements); phase/im2col indirection chunk*(kH*kW+1) pointers, chunk <= "
             f"{_cpu.GEMM_CHUNK_MAX_PIXELS} output pixels; depthwise none"
         ),
     }

@@ -25,14 +25,14 @@ __all__ = [
 ]
 
 
-#: The largest stride, dilation, padding, output_padding, output_size or groups value accepted. Far
-#: beyond any real layer; it keeps every index the C kernels form (products of these with image
-#: sizes) well inside 64 bits, together with :data:`MAX_INDEX`.
-MAX_PARAMETER = 2**32
-#: The largest index span per axis that a geometry may need, and (MAX_ELEMENTS) the largest element
-#: count of x, the weight and the result: the C kernels compute with signed 64-bit integers and must
-#: never overflow (the bound they assume is stated in src/conv_geometry.h; these are stricter).
-MAX_INDEX = 2**62
+#: The C kernels compute with signed 64-bit integers and never rely on wrapping; src/conv_geometry.h
+#: states the bound they are exact within, and these enforce it. Each stride, dilation, padding,
+#: output_padding, output_size and groups value must be at most MAX_PARAMETER (so that the error names
+#: it); then every index span per axis must stay below MAX_INDEX and the element counts of x, the
+#: weight and the result below MAX_ELEMENTS (:func:`_check_index_range`). Anything within is computed
+#: exactly, however large its stride or padding.
+MAX_PARAMETER = 2**62
+MAX_INDEX = 2**63
 MAX_ELEMENTS = 2**48
 
 
@@ -42,7 +42,7 @@ def _is_int(value) -> bool:
 
 def _check_at_most(values, name: str, original) -> None:
     if max(values) > MAX_PARAMETER:
-        raise ValueError(f"{name} must be <= 2**32 = {MAX_PARAMETER} in each dimension, got {original!r}")
+        raise ValueError(f"{name} must be <= 2**62 = {MAX_PARAMETER} in each dimension, got {original!r}")
 
 
 def _int_pair(value, name: str, minimum: int) -> tuple[int, int]:
@@ -270,26 +270,27 @@ def check_groups(groups) -> None:
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got groups={groups}")
     if groups > MAX_PARAMETER:
-        raise ValueError(f"groups must be <= 2**32 = {MAX_PARAMETER}, got groups={groups}")
+        raise ValueError(f"groups must be <= 2**62 = {MAX_PARAMETER}, got groups={groups}")
 
 
 def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
     """Reject a geometry whose indices could leave 64-bit arithmetic in the kernels.
 
-    Per axis, every input or output coordinate a kernel forms (iy·s − pad + ky·d and the like) lies
-    within span = (strided − 1)·s + d·(k − 1) + pad_begin + pad_end + output_padding + in + out, where
-    the strided side is the input of a transposed convolution and the output of a convolution; it must
-    stay <= MAX_INDEX. Every element offset lies within the element count of x, the weight or the
-    result, each of which must stay below MAX_ELEMENTS.
+    Per axis, every coordinate a kernel forms (iy·s − pad + ky·d, its quotient by s, loop bounds such
+    as out + s − 1) is a sum of some of the terms of
+        span = in + out + (strided − 1)·s + (k − 1)·d + pad_begin + pad_end + output_padding + s + d,
+    each at most once, where the strided side is the input of a transposed convolution and the output
+    of a convolution; span must stay below MAX_INDEX. Every element offset lies within the element
+    count of x, the weight or the result, each of which must stay below MAX_ELEMENTS.
     """
     axes = zip(("height", "width"), geometry.input_hw, geometry.output_hw, geometry.kernel_hw, geometry.stride,
                geometry.dilation, geometry.pad, geometry.output_padding)
     for name, size_in, size_out, k, s, d, (p0, p1), op in axes:
         strided = size_in if geometry.transposed else size_out
-        span = (strided - 1) * s + d * (k - 1) + p0 + p1 + op + size_in + size_out
-        if span > MAX_INDEX:
-            raise ValueError(f"{arguments} give the {name} axis an index range of {span}, beyond the 2**62 that "
-                             "64-bit index arithmetic allows; reduce stride, dilation or padding")
+        span = size_in + size_out + (strided - 1) * s + (k - 1) * d + p0 + p1 + op + s + d
+        if span >= MAX_INDEX:
+            raise ValueError(f"{arguments} give the {name} axis an index range of {span}, not below the 2**63 "
+                             "that 64-bit index arithmetic allows; reduce stride, dilation or padding")
     for name, shape in (("x", geometry.input_shape), ("the weight", geometry.weight_shape),
                         ("the result", geometry.output_shape)):
         elements = shape[0] * shape[1] * shape[2] * shape[3]

@@ -53,8 +53,11 @@ class ConvTranspose2d:
         self._kwargs = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation,
                             groups=groups)
         c_in = np.shape(weight)[0] if np.ndim(weight) == 4 else 0
-        probe = prepare(np.empty((0, *_probe_hw(padding), c_in), dtype=np.float32), weight, bias, None,
-                        transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(xs, ws, **self._kwargs))
+        # an empty input whose geometry stands for the layer's (only its shape is resolved: the probe
+        # size may be too large for an array)
+        probe = prepare(np.empty((0, 1, 1, c_in), dtype=np.float32), weight, bias, None, transposed=True,
+                        resolve=lambda xs, ws: resolve_conv_transpose2d((0, *_probe_hw(padding), xs[-1]), ws,
+                                                                        **self._kwargs))
         # Private copies: later changes to the caller's arrays don't reach the layer. The bias keeps
         # its own precision and is cast per result dtype, as conv_transpose2d does.
         self.weight = np.array(probe.weight)
@@ -109,7 +112,9 @@ class ConvTranspose2d:
     def __call__(self, x, *, output_size=None, out=None):
         if output_size is not None:
             output_size = _int_pair(output_size, "output_size", 1)
-        if type(x) is np.ndarray and x.flags.c_contiguous:
+        flags = x.flags if type(x) is np.ndarray else None
+        # the kernels read and write float* / double*: unaligned x or out= take the general path, which copies
+        if flags is not None and flags.c_contiguous and flags.aligned and (out is None or out.flags.aligned):
             ready = self._ready.get((x.shape, x.dtype, output_size, get_num_threads()))
             if ready is not None:   # a shape seen before: validated then, so only out= is left to check
                 run, shape = ready

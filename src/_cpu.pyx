@@ -61,7 +61,7 @@ cdef extern from "gemm.h" nogil:
     const char *fd_gemm_isa_name(int isa)
 
 cdef extern from "algorithm.h" nogil:
-    enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES
+    enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
     ctypedef struct fd_task:
         Py_ssize_t part, row_begin, row_end, col_begin, col_end
     ctypedef struct fd_operands:
@@ -106,8 +106,10 @@ def set_serial_flops(long long flops):
 MAX_PHASE_TAPS = FD_MAX_PHASE_TAPS
 # The indirect GEMMs' chunk of output pixels is at most this (src/algorithm.h).
 GEMM_CHUNK_MAX_PIXELS = FD_GEMM_CHUNK_MAX_PIXELS
-# col2im's column buffer per thread: this many bytes, or one input row if that is larger.
+# col2im's column buffer per thread: this many bytes, or COL2IM_MIN_PIXELS input pixels' columns
+# (kH*kW*C_out/groups elements each) if that is larger (src/algorithm.h).
 COL2IM_WORKSPACE_BYTES = FD_COL2IM_WORKSPACE_BYTES
+COL2IM_MIN_PIXELS = FD_COL2IM_MIN_PIXELS
 
 # ---------------------------------------------------------------------------------------------
 # Threads.

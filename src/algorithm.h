@@ -129,6 +129,16 @@ static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, size_t itemsize) {
 
 static inline size_t fd_itemsize(int dtype) { return dtype == FD_FLOAT64 ? sizeof(double) : sizeof(float); }
 
+/* A workspace rule (fd_workspace_fn) for an indirect GEMM over kH*kW taps: a chunk of output pixels
+ * (fd_gemm_chunk) with kH*kW A-row pointers and one C-row pointer each. */
+static inline fd_workspace fd_indirect_gemm_workspace(const fd_geometry *geo, int dtype) {
+    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
+    fd_workspace ws;
+    ws.chunk = fd_gemm_chunk(taps * (geo->in_channels / geo->groups), fd_itemsize(dtype));
+    ws.bytes = (size_t)ws.chunk * (size_t)(taps + 1) * sizeof(void *);
+    return ws;
+}
+
 /* ------------------------------------------------------------------ task rules
  * Each appends to `tasks` (when not NULL) from index *count and advances *count. */
 
@@ -141,11 +151,12 @@ static inline void fd_task_add(fd_task *tasks, ptrdiff_t *count, ptrdiff_t part,
     (*count)++;
 }
 
-/* (image n, output rows [r0, r1)) for every image; images cut into bands when there are fewer
- * than two per thread. */
-static inline void fd_band_tasks(ptrdiff_t batch, ptrdiff_t rows, int threads, fd_task *tasks, ptrdiff_t *count) {
-    ptrdiff_t bands = 1;
-    if (batch <= 0 || rows <= 0) return;
+/* A tasks rule (fd_tasks_fn): (image n, output rows [r0, r1)) for every image; images cut into
+ * bands when there are fewer than two per thread. */
+static inline ptrdiff_t fd_image_band_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t batch = geo->batch, rows = geo->out_h;
+    ptrdiff_t bands = 1, count = 0;
+    if (batch <= 0 || rows <= 0) return 0;
     if (threads > 1 && batch < 2 * (ptrdiff_t)threads) {
         bands = fd_ceil_div(2 * (ptrdiff_t)threads, batch);
         if (bands > rows) bands = rows;
@@ -153,7 +164,8 @@ static inline void fd_band_tasks(ptrdiff_t batch, ptrdiff_t rows, int threads, f
     const ptrdiff_t band_rows = fd_ceil_div(rows, bands);
     for (ptrdiff_t n = 0; n < batch; n++)
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += band_rows)
-            fd_task_add(tasks, count, n, r0, r0 + band_rows < rows ? r0 + band_rows : rows, 0, 0);
+            fd_task_add(tasks, &count, n, r0, r0 + band_rows < rows ? r0 + band_rows : rows, 0, 0);
+    return count;
 }
 
 /* (part, rows [r0, r1), columns [0, cols)) over `rows` rows that are one of `split` equal parts of
@@ -185,7 +197,8 @@ static inline void fd_phase_taps(ptrdiff_t stride, ptrdiff_t kernel, ptrdiff_t d
 }
 
 /* The descriptor of the algorithm `name`, from its template's functions: name##_unsupported,
- * name##_workspace and name##_tasks, and per type FD_FN(name##_pack) and FD_FN(name##_run). */
+ * name##_workspace and name##_tasks (functions, or #defines naming a shared rule above), and per
+ * type FD_FN(name##_pack) and FD_FN(name##_run). */
 #define FD_DEFINE_ALGORITHM(name, is_transposed)                                                             \
     const fd_algorithm fd_algorithm_##name = {#name,                                                         \
                                               is_transposed,                                                 \

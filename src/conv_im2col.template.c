@@ -22,19 +22,8 @@ static const char *im2col_unsupported(const fd_geometry *geo) {
 /* Blob parts: Cig zeros (the A row of taps in the padding), then each group's matrix. */
 enum { IM2COL_ZEROS, IM2COL_MATRICES };
 
-static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
-    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
-    fd_workspace ws;
-    ws.chunk = fd_gemm_chunk(taps * (geo->in_channels / geo->groups), fd_itemsize(dtype));
-    ws.bytes = (size_t)ws.chunk * (size_t)(taps + 1) * sizeof(void *);
-    return ws;
-}
-
-static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    ptrdiff_t count = 0;
-    fd_band_tasks(geo->batch, geo->out_h, threads, tasks, &count);
-    return count;
-}
+#define im2col_workspace fd_indirect_gemm_workspace
+#define im2col_tasks fd_image_band_tasks
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

@@ -36,11 +36,7 @@ static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     return ws;
 }
 
-static ptrdiff_t col2im_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    ptrdiff_t count = 0;
-    fd_band_tasks(geo->batch, geo->out_h, threads, tasks, &count);
-    return count;
-}
+#define col2im_tasks fd_image_band_tasks
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

@@ -52,13 +52,7 @@ typedef struct {
  * (group, row phase, column phase). */
 enum { PHASE_TAPS_Y, PHASE_TAPS_X, PHASE_MATRICES };
 
-static fd_workspace phase_workspace(const fd_geometry *geo, int dtype) {
-    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
-    fd_workspace ws;
-    ws.chunk = fd_gemm_chunk(taps * (geo->in_channels / geo->groups), fd_itemsize(dtype));
-    ws.bytes = (size_t)ws.chunk * (size_t)(taps + 1) * sizeof(void *);
-    return ws;
-}
+#define phase_workspace fd_indirect_gemm_workspace
 
 /* Per row phase ry: its rows counted across the batch. Threads split the operand that is larger,
  * so the other is the one read twice: B's columns (output channels, in aligned blocks) when the

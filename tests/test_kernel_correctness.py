@@ -365,8 +365,6 @@ def test_unaligned_arrays_never_reach_the_kernels_plan_first_call(kernel_argumen
     _assert_all_aligned(kernel_arguments_spy)
 
 
-@pytest.mark.xfail(strict=True, reason="fastdeconv/_plan.py's fast path (a shape seen before) hands x and out= "
-                                       "to the kernels without checking .flags.aligned")
 @pytest.mark.parametrize("unaligned", ["x", "out"])
 def test_unaligned_arrays_never_reach_the_kernels_plan_fast_path(kernel_arguments_spy, unaligned):
     rng = np.random.default_rng(8)

@@ -107,16 +107,18 @@ CASES = [
     ("x_list_of_ints", T, dict(x=[[[[1, 2, 3, 4]]]]), TypeError, r"x .*int"),
     # huge parameters: a ValueError naming the argument and the limit, never OverflowError or numpy's
     # "array is too big" / "Maximum allowed dimension exceeded"
-    ("dilation_2_62", T, dict(dilation=2**62), ValueError, r"dilation must be <= 2\*\*32.*4611686018427387904"),
-    ("dilation_2_64", T, dict(dilation=2**64), ValueError, r"dilation must be <= 2\*\*32"),
-    ("stride_2_40", T, dict(stride=2**40), ValueError, r"stride must be <= 2\*\*32.*1099511627776"),
-    ("stride_padding_2_60", T, dict(stride=2**60, padding=2**60), ValueError, r"stride must be <= 2\*\*32"),
-    ("padding_2_63", T, dict(padding=2**63), ValueError, r"padding must be <= 2\*\*32"),
-    ("padding_pair_2_63_conv", C, dict(padding=((0, 2**63), (0, 0))), ValueError, r"padding must be <= 2\*\*32"),
+    ("dilation_2_62", T, dict(dilation=2**62), ValueError, r"dilation=4611686018427387904.*index range.*2\*\*63"),
+    ("dilation_2_63", T, dict(dilation=2**63), ValueError, r"dilation must be <= 2\*\*62.*9223372036854775808"),
+    ("dilation_2_64", T, dict(dilation=2**64), ValueError, r"dilation must be <= 2\*\*62"),
+    ("stride_2_40", T, dict(stride=2**40), ValueError, r"result would have .* elements.*2\*\*48.*stride=1099511627776"),
+    ("stride_padding_2_60", T, dict(stride=2**60, padding=2**60), ValueError, r"result would have .*stride=1152921504606846976"),
+    ("padding_2_63", T, dict(padding=2**63), ValueError, r"padding must be <= 2\*\*62"),
+    ("padding_pair_2_63_conv", C, dict(padding=((0, 2**63), (0, 0))), ValueError, r"padding must be <= 2\*\*62"),
     ("output_padding_2_63", T, dict(stride=2**32, output_padding=2**63), ValueError, r"output_padding must be <= 2"),
-    ("groups_2_70", T, dict(groups=2**70), ValueError, r"groups must be <= 2\*\*32"),
-    ("output_size_2_70", T, dict(output_size=(2**70, 3)), ValueError, r"output_size must be <= 2\*\*32"),
-    ("stride_conv_2_63", C, dict(stride=2**63), ValueError, r"stride must be <= 2\*\*32"),
+    ("groups_2_70", T, dict(groups=2**70), ValueError, r"groups must be <= 2\*\*62"),
+    ("output_size_2_70", T, dict(output_size=(2**70, 3)), ValueError, r"output_size must be <= 2\*\*62"),
+    ("stride_conv_2_63", C, dict(stride=2**63), ValueError, r"stride must be <= 2\*\*62"),
+    ("dilation_conv_2_62", C, dict(dilation=2**62), ValueError, r"dilated kernel.*dilation=\(4611686018427387904"),
     ("result_too_large", T, dict(stride=2**31), ValueError, r"result would have .* elements.*2\*\*48.*stride=2147483648"),
     # backend
     ("backend_unknown", T, dict(backend="gpu"), ValueError, r"backend.*'gpu'"),
@@ -150,9 +152,9 @@ def test_index_range_beyond_64_bits_is_rejected():
     arguments, whatever the result's size."""
     from fastdeconv._params import resolve_conv2d, resolve_conv_transpose2d
 
-    with pytest.raises(ValueError, match=r"stride=4294967296.*height axis.*2\*\*62"):
+    with pytest.raises(ValueError, match=r"stride=4294967296.*height axis.*2\*\*63"):
         resolve_conv_transpose2d((1, 2**31, 1, 1), (1, 3, 1, 1), stride=2**32)
-    with pytest.raises(ValueError, match=r"dilation=4294967296.*2\*\*62"):
+    with pytest.raises(ValueError, match=r"dilation=4294967296.*2\*\*63"):
         resolve_conv2d((1, 2**62, 1, 1), (1, 3, 1, 1), dilation=2**32)
 
 
@@ -164,9 +166,11 @@ def test_broadcast_input_beyond_64_bit_offsets_is_rejected():
 
 
 def test_huge_parameters_in_the_layer_name_the_argument():
-    with pytest.raises(ValueError, match=r"padding must be <= 2\*\*32"):
+    with pytest.raises(ValueError, match=r"padding must be <= 2\*\*62"):
         fastdeconv.ConvTranspose2d(_wt(), padding=2**63)
-    with pytest.raises(ValueError, match=r"stride must be <= 2\*\*32"):
+    with pytest.raises(ValueError, match=r"padding=4611686018427387904.*2\*\*63"):
+        fastdeconv.ConvTranspose2d(_wt(), padding=2**62)
+    with pytest.raises(ValueError, match=r"stride=4611686018427387904.*2\*\*63"):
         fastdeconv.ConvTranspose2d(_wt(), stride=2**62)
 
 
