@@ -4,6 +4,14 @@ OpenMP is optional: the build probes the compiler for it and, when it is
 missing (or FASTDECONV_NO_OPENMP=1), builds a serial extension instead.
 fastdeconv.show_config() says which. No -march flags: SIMD kernels are chosen
 at run time (src/gemm.c).
+
+FASTDECONV_SANITIZE=1 builds a debugging extension instrumented with AddressSanitizer and
+UndefinedBehaviorSanitizer (GCC or Clang, OpenMP kept): -O1 -g, -fno-wrapv so that signed overflow
+is reported rather than defined, and any UB aborts. The interpreter is not instrumented, so the
+ASan runtime must be preloaded to import it:
+
+    FASTDECONV_SANITIZE=1 pip install --no-build-isolation -e .
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 pytest tests/test_cpu_vs_reference.py
 """
 
 import glob
@@ -26,6 +34,16 @@ C_SOURCES = [
     "src/depthwise_rows.c",
     "src/algorithms.c",
 ]
+
+
+# After Python's own CFLAGS (which hold -fwrapv -O3) on the command line, so these win.
+SANITIZE_COMPILE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-wrapv", "-O1", "-g",
+                    "-fno-omit-frame-pointer"]
+SANITIZE_LINK = ["-fsanitize=address,undefined"]
+
+
+def sanitize_requested() -> bool:
+    return os.environ.get("FASTDECONV_SANITIZE", "0") not in ("", "0")
 
 
 def openmp_flags(compiler):
@@ -60,20 +78,49 @@ def openmp_flags(compiler):
 
 
 class BuildExt(build_ext):
+    def run(self):
+        # Objects and an up-to-date extension from the other mode (sanitized or not) must not be
+        # reused: a mode stamp in the build directory forces a full rebuild when the mode changes.
+        mode = "sanitize" if sanitize_requested() else "release"
+        stamp = os.path.join(self.build_temp, "fastdeconv-build-mode")
+        try:
+            with open(stamp) as f:
+                previous = f.read().strip()
+        except OSError:
+            previous = None
+        if previous != mode:
+            self.force = True
+        super().run()
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w") as f:
+            f.write(mode + "\n")
+
     def build_extensions(self):
         flags = openmp_flags(self.compiler)
         unix = self.compiler.compiler_type != "msvc"
+        sanitize = sanitize_requested()
+        if sanitize and not unix:
+            raise RuntimeError("FASTDECONV_SANITIZE=1 needs GCC or Clang (AddressSanitizer + UBSan)")
         for ext in self.extensions:
             # -std=c99 alone turns off GCC's fusing of a*b + c into FMA instructions, which the
             # plain-C kernels (the depthwise template, the portable GEMM) rely on; -ffp-contract=fast
             # restores it.
-            ext.extra_compile_args += ["-O3", "-std=c99", "-ffp-contract=fast"] if unix else ["/O2", "/fp:contract"]
+            ext.extra_compile_args += ["-std=c99", "-ffp-contract=fast"] if unix else ["/O2", "/fp:contract"]
+            if unix and not sanitize:
+                ext.extra_compile_args.append("-O3")
             if flags is None:
                 print("fastdeconv: building WITHOUT OpenMP (serial kernels)")
             else:
                 print(f"fastdeconv: building with OpenMP ({' '.join(flags[0])})")
                 ext.extra_compile_args += flags[0]
                 ext.extra_link_args += flags[1]
+            if sanitize:
+                # Last, so that -O1 and -fno-wrapv override -O3 and Python's -fwrapv.
+                ext.extra_compile_args += SANITIZE_COMPILE
+                ext.extra_link_args += SANITIZE_LINK
+        if sanitize:
+            print(f"fastdeconv: SANITIZER build ({' '.join(SANITIZE_COMPILE)}); import it with "
+                  "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
         super().build_extensions()
 
 
