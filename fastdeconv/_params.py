@@ -281,7 +281,8 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
         span = in + out + (strided − 1)·s + (k − 1)·d + pad_begin + pad_end + output_padding + s + d,
     each at most once, where the strided side is the input of a transposed convolution and the output
     of a convolution; span must stay below MAX_INDEX. Every element offset lies within the element
-    count of x, the weight or the result, each of which must stay below MAX_ELEMENTS.
+    count of x, the weight or the result, each of which (counting zero extents as 1) must stay below
+    MAX_ELEMENTS.
     """
     axes = zip(("height", "width"), geometry.input_hw, geometry.output_hw, geometry.kernel_hw, geometry.stride,
                geometry.dilation, geometry.pad, geometry.output_padding)
@@ -293,9 +294,11 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
                              "that 64-bit index arithmetic allows; reduce stride, dilation or padding")
     for name, shape in (("x", geometry.input_shape), ("the weight", geometry.weight_shape),
                         ("the result", geometry.output_shape)):
-        elements = shape[0] * shape[1] * shape[2] * shape[3]
-        if elements >= MAX_ELEMENTS:
-            raise ValueError(f"{name} would have {elements} elements (shape {shape}), not below 2**48: {arguments}")
+        # nonzero extents: numpy refuses such a shape even when another extent is 0
+        extent = max(shape[0], 1) * max(shape[1], 1) * max(shape[2], 1) * max(shape[3], 1)
+        if extent >= MAX_ELEMENTS:
+            raise ValueError(f"{name} would have shape {shape}, {extent} elements (nonzero extents), not below "
+                             f"2**48: {arguments}")
     return geometry
 
 
@@ -307,6 +310,7 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
         layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
         raise ValueError(f"weight must have shape {layout}, got ndim={len(w_shape)} shape={tuple(w_shape)}")
     check_groups(groups)
+    groups = int(groups)   # a numpy integer would keep its width in C_out = C_out/g * groups
     batch = x_shape[0] if len(x_shape) == 4 else 1
     input_hw = tuple(int(v) for v in x_shape[-3:-1])
     in_channels = int(x_shape[-1])
@@ -333,6 +337,9 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
             raise ValueError(f"C_out={out_channels} (weight's first axis) is not divisible by groups={groups}")
     if min(input_hw) < 1:
         raise ValueError(f"x's spatial size must be >= 1, got (H, W)={input_hw} from x shape {tuple(x_shape)}")
+    if groups > max(in_channels, out_channels, 1):   # possible with zero channels only
+        raise ValueError(f"groups={groups} exceeds both C_in={in_channels} and C_out={out_channels}: every group "
+                         "needs a channel")
     return int(batch), input_hw, in_channels, out_channels, kernel_hw
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _backends
 from ._cpu import get_num_threads
-from ._params import _explicit_padding, _int_pair, resolve_conv_transpose2d
+from ._params import _explicit_padding, _int_pair, kernel_extent, resolve_conv_transpose2d
 from ._validate import check_out, finish, prepare
 
 __all__ = ["ConvTranspose2d"]
@@ -24,13 +24,15 @@ __all__ = ["ConvTranspose2d"]
 _CACHE_SHAPES = 64
 
 
-def _probe_hw(padding):
-    """An input size at which every valid parameter set gives an output of at least one pixel:
-    (H − 1)·s + kd − pad_top − pad_bottom >= 1 holds for H = pad_top + pad_bottom + 2."""
-    if isinstance(padding, str):
-        return 2, 2
-    (top, bottom), (left, right) = _explicit_padding(padding)
-    return top + bottom + 2, left + right + 2
+def _probe_hw(kernel_hw, stride, padding, dilation):
+    """The smallest input size with an output of at least one pixel, per axis:
+    (H − 1)·s + kd − pad_begin − pad_end >= 1 (output_padding only adds), so
+    H = 1 + max(0, ⌈(pad_begin + pad_end + 1 − kd) / s⌉). "same" and "valid" need H = 1."""
+    if isinstance(padding, str) or len(kernel_hw) != 2:
+        return 1, 1
+    stride, dilation = _int_pair(stride, "stride", 1), _int_pair(dilation, "dilation", 1)
+    return tuple(1 + max(0, -(-(p0 + p1 + 1 - kernel_extent(k, d)) // s))
+                 for k, s, d, (p0, p1) in zip(kernel_hw, stride, dilation, _explicit_padding(padding)))
 
 
 class ConvTranspose2d:
@@ -56,8 +58,8 @@ class ConvTranspose2d:
         # an empty input whose geometry stands for the layer's (only its shape is resolved: the probe
         # size may be too large for an array)
         probe = prepare(np.empty((0, 1, 1, c_in), dtype=np.float32), weight, bias, None, transposed=True,
-                        resolve=lambda xs, ws: resolve_conv_transpose2d((0, *_probe_hw(padding), xs[-1]), ws,
-                                                                        **self._kwargs))
+                        resolve=lambda xs, ws: resolve_conv_transpose2d(
+                            (0, *_probe_hw(ws[1:3], stride, padding, dilation), xs[-1]), ws, **self._kwargs))
         # Private copies: later changes to the caller's arrays don't reach the layer. The bias keeps
         # its own precision and is cast per result dtype, as conv_transpose2d does.
         self.weight = np.array(probe.weight)

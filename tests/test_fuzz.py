@@ -63,6 +63,10 @@ FUZZ = settings(
 OUTPUT_LIMIT = 1 << 16
 REFERENCE_LIMIT = 1 << 18
 
+# The documented limits (README, "Semantics"): every parameter value <= 2**62, and per axis
+# in + out + (strided - 1)·s + (k - 1)·d + pads + output_padding + s + d < 2**63.
+MAX_PARAMETER, MAX_SPAN = 2 ** 62, 2 ** 63
+
 HUGE = [2 ** 15, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 62, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, 10 ** 20]
 GEOMETRY_ARGS = ("stride", "padding", "output_padding", "dilation", "output_size")
 
@@ -121,7 +125,7 @@ def param_verdict(name: str, value) -> str:
     if value is None:
         return "maybe" if name == "output_size" else "invalid"
     if _int_like(value):
-        return "invalid" if value < minimum else "maybe"
+        return "invalid" if value < minimum or value > MAX_PARAMETER else "maybe"
     if isinstance(value, str):
         return "maybe" if name == "padding" and value.lower() in ("same", "valid") else "invalid"
     if name == "groups" or not isinstance(value, (tuple, list)):
@@ -130,7 +134,8 @@ def param_verdict(name: str, value) -> str:
         return "invalid"
     if name == "padding" and not all(_int_like(v) for v in value):
         if all(isinstance(v, (tuple, list)) and len(v) == 2 and all(_int_like(u) for u in v) for v in value):
-            return "invalid" if min(u for v in value for u in v) < 0 else "maybe"
+            flat = [u for v in value for u in v]
+            return "invalid" if min(flat) < 0 or max(flat) > MAX_PARAMETER else "maybe"
         if any(isinstance(v, (bool, np.bool_)) for v in value):
             return "maybe"
         return "invalid"
@@ -138,7 +143,17 @@ def param_verdict(name: str, value) -> str:
         return "maybe"
     if not all(_int_like(v) for v in value):
         return "invalid"
-    return "invalid" if min(value) < minimum else "maybe"
+    return "invalid" if min(value) < minimum or max(value) > MAX_PARAMETER else "maybe"
+
+
+def _beyond_limits(axes, transposed) -> bool:
+    """Whether a base call's axes (h, k, s, d, (p0, p1), op, out) exceed the documented limits."""
+    for h, k, s, d, (p0, p1), *rest in axes:
+        op, out = (rest[0], rest[1]) if transposed else (0, rest[0])
+        strided = h if transposed else out
+        if max(s, d, p0, p1) > MAX_PARAMETER or h + out + (strided - 1) * s + (k - 1) * d + p0 + p1 + op + s + d >= MAX_SPAN:
+            return True
+    return False
 
 
 def array_suspects(name: str, mutation: str) -> set:
@@ -180,7 +195,8 @@ class Example:
     values: tuple                 # x, weight, bias: "finite", "nan", "+inf", "-inf", "mixed", "zeros+inf"
     seed: int
     algorithm: str | None
-    mutations: tuple = field(default_factory=tuple)   # ((argument, value or array mutation), ...)
+    mutations: tuple = field(default_factory=tuple)
+    beyond_limits: bool = False   # the base call exceeds the documented 64-bit limits: a ValueError   # ((argument, value or array mutation), ...)
 
 
 def _transposed_axis(draw, huge):
@@ -274,6 +290,7 @@ def example_strategy(draw, op):
         values=(draw(value_kinds), draw(value_kinds), draw(value_kinds)),
         seed=draw(st.integers(0, 2 ** 16)),
         algorithm=draw(st.sampled_from(algorithms)) if draw(st.integers(0, 3)) == 0 else None,
+        beyond_limits=_beyond_limits(axes, transposed),
     )
     mutations = {}   # at most one per argument
     for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2]))):
@@ -415,6 +432,9 @@ def build(ex: Example):
     if dict(ex.mutations).get("x") == dict(ex.mutations).get("weight") == "channels+1":
         # both one channel more: consistent again unless groups no longer divides them
         verdicts = [(n, "maybe" if n in ("x", "weight") else v, s) for n, v, s in verdicts]
+    if ex.beyond_limits:   # must raise, naming a geometry argument, unless a mutation replaced the culprit
+        mutated = any(name in GEOMETRY_ARGS for name, _ in ex.mutations)
+        verdicts.append(("limits", "maybe" if mutated else "invalid", set(GEOMETRY_ARGS)))
     if ex.cig == 0 or ex.cog == 0:   # zero channels: documented nowhere; accepted or a clear error
         verdicts.append(("channels", "maybe", {"x", "weight", "groups", "bias"}))
     return args["x"], args["weight"], args["bias"], kwargs, verdicts
