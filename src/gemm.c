@@ -59,25 +59,20 @@ int fd_gemm_set_isa(int isa) {
     return 0;
 }
 
-void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                       const float *packed_b, const float *bias, float *const *c_rows, int flags) {
-    if (M == 0 || N == 0) return;
-    switch (fd_gemm_get_isa()) {
-    case FD_ISA_AVX512: fd_sgemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
-    case FD_ISA_AVX2: fd_sgemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
-    default: fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
+/* The public entry of one element type: the ISA path chosen at run time. */
+#define FD_GEMM_DISPATCH(p, real)                                                                              \
+    void fd_##p##gemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const real *const *a_rows,             \
+                               const real *packed_b, const real *bias, real *const *c_rows, int flags) {        \
+        if (M == 0 || N == 0) return;                                                                          \
+        switch (fd_gemm_get_isa()) {                                                                           \
+        case FD_ISA_AVX512: fd_##p##gemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break; \
+        case FD_ISA_AVX2: fd_##p##gemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;     \
+        default: fd_##p##gemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;          \
+        }                                                                                                      \
     }
-}
 
-void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                       const double *packed_b, const double *bias, double *const *c_rows, int flags) {
-    if (M == 0 || N == 0) return;
-    switch (fd_gemm_get_isa()) {
-    case FD_ISA_AVX512: fd_dgemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
-    case FD_ISA_AVX2: fd_dgemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
-    default: fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;
-    }
-}
+FD_GEMM_DISPATCH(s, float)
+FD_GEMM_DISPATCH(d, double)
 
 /* ------------------------------------------------- packing + portable path */
 

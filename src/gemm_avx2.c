@@ -66,16 +66,6 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 
 #else /* no x86 SIMD in this build */
 
-int fd_gemm_avx2_available(void) { return 0; }
-
-void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                            const float *packed_b, const float *bias, float *const *c_rows, int flags) {
-    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
-}
-
-void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                            const double *packed_b, const double *bias, double *const *c_rows, int flags) {
-    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
-}
+FD_GEMM_PORTABLE_STUBS(avx2)
 
 #endif

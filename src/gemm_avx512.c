@@ -58,17 +58,6 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 
 #else /* no x86 SIMD in this build */
 
-int fd_gemm_avx512_available(void) { return 0; }
-
-void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                              const float *packed_b, const float *bias, float *const *c_rows, int flags) {
-    fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
-}
-
-void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                              const double *packed_b, const double *bias, double *const *c_rows,
-                              int flags) {
-    fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);
-}
+FD_GEMM_PORTABLE_STUBS(avx512)
 
 #endif

@@ -86,4 +86,18 @@ void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const dou
                               const double *packed_b, const double *bias, double *const *c_rows,
                               int flags);
 
+/* A build without x86 SIMD still defines an ISA's entry points (gemm.c names them), never chosen
+ * (available() is 0) and running the portable path. */
+#define FD_GEMM_PORTABLE_STUBS(isa)                                                                           \
+    int fd_gemm_##isa##_available(void) { return 0; }                                                         \
+    void fd_sgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,        \
+                                 const float *packed_b, const float *bias, float *const *c_rows, int flags) { \
+        fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);                       \
+    }                                                                                                          \
+    void fd_dgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,       \
+                                 const double *packed_b, const double *bias, double *const *c_rows,           \
+                                 int flags) {                                                                 \
+        fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);                       \
+    }
+
 #endif
