@@ -128,9 +128,10 @@ def _long_call_scenario(threads):
     layer(x1)
     start = time.perf_counter()
     layer(x1)
-    batch = min(64, max(2, math.ceil(CALL_SECONDS / (time.perf_counter() - start))))
+    one_image = time.perf_counter() - start
+    batch = min(64, max(2, math.ceil(CALL_SECONDS / one_image)))
     x = np.repeat(x1, batch, axis=0)
-    print(json.dumps({"calling": time.monotonic(), "batch": batch}), flush=True)
+    print(json.dumps({"calling": time.monotonic(), "batch": batch, "one_image": one_image}), flush=True)
     try:
         layer(x)
     except KeyboardInterrupt:
@@ -152,7 +153,8 @@ def test_ctrl_c_interrupts_a_long_call(threads):
     try:
         line = _readline(proc, 120)
         assert line, "the child did not start its call"
-        started = json.loads(line)["calling"]
+        child = json.loads(line)
+        started = child["calling"]
         time.sleep(max(0.0, started + SIGINT_AFTER - time.monotonic()))
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -165,7 +167,11 @@ def test_ctrl_c_interrupts_a_long_call(threads):
     assert "interrupted" in facts, f"the call ran to its end despite SIGINT:\n{out}\n{err}"
     latency = facts["interrupted"] - sent
     print(f"Ctrl-C latency, {threads} thread(s): {latency * 1e3:.1f} ms")
-    assert latency < LATENCY_BOUND, f"KeyboardInterrupt came {latency:.2f} s after SIGINT"
+    # The call stops once the tasks running at SIGINT end; a task is at most 4 GFLOP, under half of
+    # one image's 8.6 GFLOP, so on a slow build (the sanitizer stage: -O1 and ASan) the bound follows
+    # the measured time of one image.
+    bound = max(LATENCY_BOUND, 0.6 * child["one_image"] + 0.1)
+    assert latency < bound, f"KeyboardInterrupt came {latency:.2f} s after SIGINT (bound {bound:.2f} s)"
     assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err   # it propagated out of the call
 
 
