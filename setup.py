@@ -1,12 +1,11 @@
 """Extension modules only; the metadata is in pyproject.toml.
 
-OpenMP is optional: the build probes the compiler for it and, when it is
-missing (or FASTDECONV_NO_OPENMP=1), builds a serial extension instead.
-fastdeconv.show_config() says which. No -march flags: SIMD kernels are chosen
-at run time (src/gemm.c).
+Threads come from the package's own pool (src/pool.c: POSIX threads, or Win32 on
+Windows), so no OpenMP runtime is needed or bundled. No -march flags: SIMD
+kernels are chosen at run time (src/gemm.c).
 
 FASTDECONV_SANITIZE=1 builds a debugging extension instrumented with AddressSanitizer and
-UndefinedBehaviorSanitizer (GCC or Clang, OpenMP kept): -O1 -g, -fno-wrapv so that signed overflow
+UndefinedBehaviorSanitizer (GCC or Clang): -O1 -g, -fno-wrapv so that signed overflow
 is reported rather than defined, and any UB aborts. The interpreter is not instrumented, so the
 ASan runtime must be preloaded to import it:
 
@@ -17,8 +16,6 @@ ASan runtime must be preloaded to import it:
 import glob
 import os
 import sys
-import tempfile
-import textwrap
 
 import numpy as np
 from Cython.Build import cythonize
@@ -26,8 +23,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The GEMM and depthwise microkernels (one file per ISA where needed) and the algorithm table,
-# which instantiates every src/*.template.c algorithm (src/algorithms.c).
+# which instantiates every src/*.template.c algorithm (src/algorithms.c), and the thread pool.
 C_SOURCES = [
+    "src/pool.c",
     "src/gemm.c",
     "src/gemm_avx2.c",
     "src/gemm_avx512.c",
@@ -44,37 +42,6 @@ SANITIZE_LINK = ["-fsanitize=address,undefined"]
 
 def sanitize_requested() -> bool:
     return os.environ.get("FASTDECONV_SANITIZE", "0") not in ("", "0")
-
-
-def openmp_flags(compiler):
-    """(compile, link) flags that make OpenMP work with this compiler, or None."""
-    if os.environ.get("FASTDECONV_NO_OPENMP", "0") not in ("", "0"):
-        return None
-    if compiler.compiler_type == "msvc":
-        candidates = [(["/openmp"], [])]
-    elif sys.platform == "darwin":
-        candidates = [(["-Xpreprocessor", "-fopenmp"], ["-lomp"]), (["-fopenmp"], ["-fopenmp"])]
-    else:
-        candidates = [(["-fopenmp"], ["-fopenmp"])]
-    probe = textwrap.dedent("""
-        #include <omp.h>
-        int main(void) { int n = 0;
-        #pragma omp parallel reduction(+:n)
-          n += 1;
-          return n > 0 ? 0 : 1; }
-        """)
-    with tempfile.TemporaryDirectory() as tmp:
-        source = os.path.join(tmp, "probe_openmp.c")
-        with open(source, "w") as f:
-            f.write(probe)
-        for cflags, ldflags in candidates:
-            try:
-                objects = compiler.compile([source], output_dir=tmp, extra_postargs=cflags)
-                compiler.link_executable(objects, os.path.join(tmp, "probe_openmp"), extra_postargs=ldflags)
-            except Exception:
-                continue
-            return cflags, ldflags
-    return None
 
 
 class BuildExt(build_ext):
@@ -96,7 +63,6 @@ class BuildExt(build_ext):
             f.write(mode + "\n")
 
     def build_extensions(self):
-        flags = openmp_flags(self.compiler)
         unix = self.compiler.compiler_type != "msvc"
         sanitize = sanitize_requested()
         if sanitize and not unix:
@@ -111,12 +77,9 @@ class BuildExt(build_ext):
                 # Python's own CFLAGS carry -g: 2.6 MB of debug sections in a 0.4 MB extension.
                 # Released builds drop them at link time (sanitizer builds keep them for the reports).
                 ext.extra_link_args.append("-Wl,-S" if sys.platform == "darwin" else "-Wl,--strip-debug")
-            if flags is None:
-                print("fastdeconv: building WITHOUT OpenMP (serial kernels)")
-            else:
-                print(f"fastdeconv: building with OpenMP ({' '.join(flags[0])})")
-                ext.extra_compile_args += flags[0]
-                ext.extra_link_args += flags[1]
+            if unix:   # POSIX threads for src/pool.c (glibc before 2.34 keeps them in libpthread)
+                ext.extra_compile_args.append("-pthread")
+                ext.extra_link_args.append("-pthread")
             if sanitize:
                 # Last, so that -O1 and -fno-wrapv override -O3 and Python's -fwrapv.
                 ext.extra_compile_args += SANITIZE_COMPILE

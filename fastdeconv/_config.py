@@ -18,13 +18,11 @@ MAX_THREADS = _cpu.MAX_THREADS
 
 def set_num_threads(n: int) -> None:
     """Use n threads (1 <= n <= MAX_THREADS, 256 unless the machine has more CPUs) in every later call;
-    0 restores the default (OMP_NUM_THREADS, else all cores; capped to MAX_THREADS).
+    0 restores the default (OMP_NUM_THREADS, else the CPUs this process may use; capped to MAX_THREADS).
 
     TypeError unless n is an int, ValueError outside 0..MAX_THREADS. Ctrl-C stops a running call
-    within about 0.1 s (its ``out=`` is then partly written). A process forked (``os.fork``,
-    multiprocessing's "fork" method) after its parent ran a threaded call runs single-threaded for
-    good: OpenMP's threads do not survive fork(), so there n > 1 is ignored with a RuntimeWarning.
-    Use the "forkserver" or "spawn" start method for threaded worker processes.
+    within about 0.1 s (its ``out=`` is then partly written). Forked children (``os.fork``, every
+    multiprocessing start method) use threads too: the package's thread pool starts fresh helpers there.
     """
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {n!r}")
@@ -32,9 +30,8 @@ def set_num_threads(n: int) -> None:
 
 
 def get_num_threads() -> int:
-    """Threads the next call will use: 1 when built without OpenMP, and 1 in a process forked after
-    its parent ran a threaded call (see set_num_threads); else set_num_threads's n or the default.
-    Calls too small to gain from threads run on one regardless."""
+    """Threads the next call will use: set_num_threads's n or the default. Calls too small to gain from
+    threads run on one regardless."""
     return _cpu.get_num_threads()
 
 
@@ -48,11 +45,9 @@ def config() -> dict:
         "machine": platform.machine(),
         "compiler": sysconfig.get_config_var("CC") or "unknown",
         "compiler_version": platform.python_compiler(),
-        "openmp": info["openmp"],
-        "openmp_version": info["openmp_version"],
+        "thread_pool": f"own ({info['thread_pool']}), {_cpu.pool_helpers()} helper threads started",
         "threads": get_num_threads(),
         "max_threads": MAX_THREADS,
-        "forked_serial": _cpu.forked_serial(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "simd_paths": info["gemm_isa_supported"],
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
@@ -66,12 +61,12 @@ def config() -> dict:
 
 
 def show_config() -> None:
-    """Print build and run-time facts: compiler, OpenMP on/off, SIMD paths, GEMM, threads, workspace bound."""
+    """Print build and run-time facts: compiler, thread pool, SIMD paths, GEMM, threads, workspace bound."""
     for key, value in config().items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in value.items())
         elif isinstance(value, bool):
-            value = "yes" if value else "no (serial build)" if key == "openmp" else "no"
+            value = "yes" if value else "no"
         print(f"{key:>18}: {value}")
 
 

@@ -4,12 +4,12 @@
 It reads the algorithm table (src/algorithms.c, protocol in src/algorithm.h) by
 name and owns what the C side does not: allocation (the packed-weight blob, the
 per-thread workspace), errors, the GIL (released around every kernel call) and
-threading: an algorithm cuts the output into disjoint tasks, and an OpenMP
-``prange`` hands them to threads. Each C kernel is single-threaded; nothing
-here nests threads. Nothing here depends on which algorithm runs.
+threading: an algorithm cuts the output into disjoint tasks, and the package's
+own thread pool (src/pool.c) hands them to the calling thread and its helpers.
+Each C kernel is single-threaded; nothing here nests threads. Nothing here
+depends on which algorithm runs.
 
-Between tasks the run loop looks for Ctrl-C (``Runner.run``), and a process
-forked after this one started OpenMP threads runs serially (``get_num_threads``).
+Between tasks the calling thread looks for Ctrl-C (``Runner.run``).
 
 Callers pass C-contiguous arrays of the compute dtype (float32 or float64) and
 a resolved :class:`fastdeconv._params.ConvGeometry`; the Python layer has
@@ -22,25 +22,24 @@ import warnings
 
 import numpy as np
 cimport numpy as cnp
-from cython.parallel cimport prange, threadid
 
 from libc.stdlib cimport malloc, calloc, free
 
 cnp.import_array()
 
-cdef extern from "threads.h" nogil:
-    int fd_openmp_enabled()
-    int fd_omp_max_threads()
-    int fd_omp_version()
-    int fd_at_fork_child(void (*child)() noexcept nogil)
+cdef extern from "pool.h" nogil:
+    ctypedef int (*fd_pool_task_fn)(void *context, Py_ssize_t task, int slot) noexcept nogil
+    enum: FD_POOL_DONE, FD_POOL_STOPPED
+    int fd_pool_run(Py_ssize_t ntasks, int participants, fd_pool_task_fn fn, void *context)
+    int fd_pool_helpers()
+    int fd_pool_others_running()
+    const char *fd_pool_backend()
     long long fd_monotonic_ns()
-    int fd_flag_get(const int *flag)
-    void fd_flag_set(int *flag)
 
 cdef extern from "Python.h":
     unsigned long PyThread_get_thread_ident() nogil
-    # Declared without an exception value on purpose: Runner.run calls it inside the parallel
-    # region and carries the KeyboardInterrupt it sets out of the region by hand.
+    # Declared without an exception value on purpose: the pool's task function calls it without the
+    # GIL's exception machinery and Runner.run carries the KeyboardInterrupt it sets out by hand.
     int PyErr_CheckSignals()
 
 cdef extern from "conv_geometry.h" nogil:
@@ -119,31 +118,69 @@ COL2IM_MIN_PIXELS = FD_COL2IM_MIN_PIXELS
 # another; raised to the CPU count on machines with more CPUs.
 MAX_THREADS = max(256, os.cpu_count() or 1)
 
-cdef int _requested_threads = 0   # 0: follow OpenMP (OMP_NUM_THREADS)
-
-# fork(): GNU libgomp keeps its thread pool across fork() although the child has none of its
-# threads, so the child's next parallel region waits for them forever. _pool_started records that
-# this process ran a parallel region; the at-fork hook turns it into _fork_serial in the child
-# (and, through fork's copy, in its children), which makes every call there serial. Kept for the
-# child's lifetime: no OpenMP API can rebuild the pool, and LLVM's libomp, which does, is treated
-# the same way rather than relied on.
-cdef int _pool_started = 0
-cdef int _fork_serial = 0
+THREADS_ENV = "OMP_NUM_THREADS"
 
 
-cdef void _after_fork_in_child() noexcept nogil:
-    global _fork_serial
-    if _pool_started:
-        _fork_serial = 1
+def _default_threads():
+    """The default thread count, read once at import: $OMP_NUM_THREADS (its first entry, as OpenMP
+    reads "4,2"), honoured because scripts and job schedulers set it to limit every library's threads;
+    else the CPUs this process may run on (its affinity mask, as OpenMP counts them), else the CPU count.
+    Capped to MAX_THREADS. A value that is not a positive integer warns and is ignored."""
+    text = os.environ.get(THREADS_ENV, "").split(",")[0].strip()
+    if text:
+        try:
+            value = int(text)
+            if value < 1:
+                raise ValueError
+            return min(value, MAX_THREADS)
+        except ValueError:
+            warnings.warn(f"{THREADS_ENV}={os.environ[THREADS_ENV]!r} ignored: not a positive integer; using "
+                          f"the CPU count", RuntimeWarning, stacklevel=2)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_THREADS))
 
 
-def _after_fork_in_child_python():
-    _after_fork_in_child()
+_DEFAULT_THREADS = _default_threads()
+cdef int _requested_threads = 0   # 0: _DEFAULT_THREADS
 
 
-if fd_at_fork_child(_after_fork_in_child) != 0:   # pthread_atfork failed (ENOMEM): os.fork() at least
-    os.register_at_fork(after_in_child=_after_fork_in_child_python)
+def _cpu_counts():
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 1
+    return max(1, usable), max(1, os.cpu_count() or 1, usable)
 
+
+# A default-threads call (set_num_threads never called, or 0) runs on fewer threads when other threads
+# already take the CPUs: a helper that the OS deschedules while it holds a task makes the caller wait
+# for it (on the 2-core development machine beside one busy process, a 2 ms call's median went to
+# 8 ms on 2 threads). fd_pool_others_running counts them machine-wide (Linux; elsewhere, or with an
+# explicit set_num_threads(n), n threads are used); when this process may run on only some of the
+# CPUs, the others are assumed spread evenly. Re-read at most once per millisecond.
+cdef int _usable_cpus, _online_cpus
+_usable_cpus, _online_cpus = _cpu_counts()
+
+
+cdef int _participants(int threads) noexcept nogil:
+    """Threads for a call bound to `threads`: all of them when set explicitly, else at most the CPUs
+    not taken by other running threads (at least 1)."""
+    if threads <= 1 or _requested_threads != 0:
+        return threads
+    cdef int others = fd_pool_others_running()
+    if others < 0:
+        return threads
+    cdef long long taken_here = (<long long>others * _usable_cpus + _online_cpus - 1) // _online_cpus
+    cdef long long spare = _usable_cpus - taken_here
+    return <int>max(1, min(<long long>threads, spare))
+
+
+def participants(int threads):
+    """The threads a call bound to `threads` would use now (see _participants); for tests and show_config."""
+    return _participants(threads)
 
 # Python runs signal handlers in its main thread only: Runner.run looks for them there alone.
 # The thread that forked is the child's main thread.
@@ -158,48 +195,36 @@ def _main_thread_after_fork():
 os.register_at_fork(after_in_child=_main_thread_after_fork)
 
 
-def forked_serial():
-    """True in a process forked after its parent ran OpenMP threads: calls there run serially."""
-    return bool(_fork_serial)
-
-
 def set_num_threads(n):
     """Threads used by every later call, 1 to MAX_THREADS; 0 restores the default (OMP_NUM_THREADS,
-    else all cores, capped to MAX_THREADS).
-
-    A process forked after its parent ran a threaded call stays serial (GNU libgomp's threads do
-    not survive fork(); see get_num_threads): n > 1 is recorded there but not used, with a
-    RuntimeWarning. Use the "forkserver" or "spawn" start method for threaded children.
-    """
+    else the CPUs this process may use, capped to MAX_THREADS). Forked children keep their threads:
+    the pool starts fresh helpers there (src/pool.c)."""
     global _requested_threads
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {n!r}")
     if not 0 <= n <= MAX_THREADS:
         raise ValueError(f"n must be between 0 and MAX_THREADS={MAX_THREADS} (0: the default), got {n}")
-    if _fork_serial and n > 1:
-        warnings.warn(f"set_num_threads({n}) has no effect in a process forked after its parent used OpenMP "
-                      f"threads (they do not survive fork()): calls here run on 1 thread; start it with the "
-                      f"'forkserver' or 'spawn' method for threads", RuntimeWarning,
-                      stacklevel=3)   # the caller of fastdeconv.set_num_threads
     _requested_threads = n
 
 
 def get_num_threads():
-    """Threads the next call will use: 1 without OpenMP, and 1 in a process forked after its parent
-    ran a threaded call (whatever set_num_threads asked; forked_serial() tells); else
-    set_num_threads's n, or OpenMP's default, at most MAX_THREADS. Calls below a size threshold
-    use 1 thread regardless."""
-    if not fd_openmp_enabled() or _fork_serial:
-        return 1
-    return min(_requested_threads if _requested_threads > 0 else fd_omp_max_threads(), MAX_THREADS)
+    """Threads the next call will use: set_num_threads's n, or the default (OMP_NUM_THREADS, else the
+    CPUs this process may use), at most MAX_THREADS. Calls below a size threshold use 1 thread
+    regardless."""
+    return _requested_threads if _requested_threads > 0 else _DEFAULT_THREADS
+
+
+def pool_helpers():
+    """Helper threads the pool has started in this process (0 until a threaded call; 0 again in a
+    forked child, which starts its own); they sleep between calls."""
+    return fd_pool_helpers()
 
 
 def build_info():
     """Compile-time and run-time facts for show_config()."""
     isas = {fd_gemm_isa_name(i).decode(): bool(fd_gemm_isa_supported(i)) for i in range(3)}
     return {
-        "openmp": bool(fd_openmp_enabled()),
-        "openmp_version": fd_omp_version(),
+        "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
         "gemm_isa_supported": isas,
     }
@@ -343,12 +368,22 @@ cdef class PackedWeights:
 # into tasks and runs them on threads. It is built once per input shape (the plan object
 # caches it), so a call only allocates the per-thread workspace and runs.
 
-# A task is also the unit between two looks for Ctrl-C: a call's tasks are cut finer than its
-# threads need (as for 2x, 4x, ... the threads) until each has at most _task_flops FLOPs (float64
-# counts double) and _task_elements output elements: about 50 ms on one AVX-512 core, 10 ms for the
-# memory-bound depthwise kernel. Only calls of several GFLOPs or 16M output elements are affected.
-# Free for phase, depthwise and im2col; col2im's bands recompute the input rows they share, which
-# costs it about 4 % serially when forced on a 69-GFLOP layer (its automatic choices are far smaller).
+# How a call is cut into tasks (_count_tasks). Threads claim tasks one at a time (src/pool.c), so a
+# thread that the OS deschedules on a busy machine delays only the task it holds while the others take
+# the rest: the finer the cut, the better that balances, as long as a task keeps enough work for the
+# GEMM to stay efficient (each task re-reads its part of the packed weights and pays a claim, ~0.1 us).
+# A threaded call is cut into at least _tasks_per_thread tasks per thread, each of at least
+# _min_task_flops FLOPs, as far as the algorithm's tasks rule can cut (rows of one image, images).
+# Measured on the suite (README "Threads"): TODO.
+cdef int _tasks_per_thread = 4
+cdef double _min_task_flops = 1e6
+
+# A task is also the unit between two looks for Ctrl-C: a call's tasks are cut finer (as for 2x, 4x, ...
+# the threads) until each has at most _task_flops FLOPs (float64 counts double) and _task_elements
+# output elements: about 50 ms on one AVX-512 core, 10 ms for the memory-bound depthwise kernel. Only
+# calls of several GFLOPs or 16M output elements are affected. Free for phase, depthwise and im2col;
+# col2im's bands recompute the input rows they share, which costs it about 4 % serially when forced on a
+# 69-GFLOP layer (its automatic choices are far smaller).
 cdef double _task_flops = 4e9
 cdef double _task_elements = 1 << 24
 # How often the calling thread looks for signals during a call.
@@ -364,13 +399,39 @@ def set_task_flops(double flops):
     return previous
 
 
+def set_task_cut(int tasks_per_thread, double min_task_flops):
+    """Cut threaded calls into at least `tasks_per_thread` tasks per thread of at least `min_task_flops`
+    FLOPs each (where the algorithm can); returns the previous pair. For tests and benchmarks
+    (1, inf: the algorithms' own cut)."""
+    global _tasks_per_thread, _min_task_flops
+    if tasks_per_thread < 1:
+        raise ValueError(f"tasks_per_thread must be at least 1, got {tasks_per_thread}")
+    previous = (_tasks_per_thread, _min_task_flops)
+    _tasks_per_thread, _min_task_flops = tasks_per_thread, min_task_flops
+    return previous
+
+
 cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, int threads, double flops,
                              int *cut) noexcept nogil:
-    """The task count for `threads`, cut finer while tasks are too large; *cut receives the
-    `threads` argument that alg.tasks needs to reproduce them."""
+    """The task count for `threads`: the algorithm's own cut, made finer for a threaded call while it has
+    fewer than _tasks_per_thread tasks per thread and its tasks stay above _min_task_flops, then finer
+    while tasks are too large for Ctrl-C. *cut receives the `threads` argument that alg.tasks needs to
+    reproduce them (the rules cut finer for more threads; the result does not depend on the cut)."""
     cdef double elements = <double>geo.batch * geo.out_h * geo.out_w * geo.out_channels
     cut[0] = threads
-    cdef Py_ssize_t n = alg.tasks(geo, threads, NULL)
+    cdef Py_ssize_t n = alg.tasks(geo, threads, NULL), finer
+    cdef int doubled = threads
+    if threads > 1:
+        # A rule may need several doublings before it cuts finer (images before bands), so an unchanged
+        # count does not end the search; a finer cut whose tasks would be too small does.
+        while n < <double>_tasks_per_thread * threads and doubled < 4096:
+            doubled *= 2
+            finer = alg.tasks(geo, doubled, NULL)
+            if finer > n:
+                if flops / finer < _min_task_flops:
+                    break
+                n = finer
+                cut[0] = doubled
     while n > 0 and (flops / n > _task_flops or elements / n > _task_elements) and cut[0] < 4096:
         cut[0] *= 2
         n = alg.tasks(geo, cut[0], NULL)
@@ -379,8 +440,7 @@ cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, in
 
 cdef int _check_signals() noexcept nogil:
     """PyErr_CheckSignals under the GIL: -1 when a handler raised (the exception stays set for
-    Runner.run to propagate). A function of its own so that the parallel region holds no `with gil`
-    block, for which Cython would make every thread take the GIL around the region."""
+    Runner.run to propagate)."""
     with gil:
         return PyErr_CheckSignals()
 
@@ -388,6 +448,34 @@ cdef int _check_signals() noexcept nogil:
 cdef int _raise_pending() except -1:
     """Propagate the exception that _check_signals left set."""
     return -1
+
+
+# One call of Runner.run, as the pool's task function sees it (on the caller's stack).
+ctypedef struct _call:
+    fd_operands op
+    const fd_task *tasks
+    fd_run_fn run_task
+    char *workspace          # one ws_bytes slice per participant slot
+    size_t ws_bytes
+    int *status              # per task
+    bint watch               # the caller is Python's main thread: it looks for signals
+    long long poll_ns
+    long long next_poll      # the caller's (slot 0) alone
+    bint interrupted
+
+
+cdef int _run_task(void *context, Py_ssize_t task, int slot) noexcept nogil:
+    """The pool's task function: run one task in the workspace slice of participant `slot`. The caller
+    (slot 0, on Python's main thread) first looks for signals if _poll_ns has passed; when a handler
+    raised, the task is not run and the pool stops the call (nonzero)."""
+    cdef _call *call = <_call *>context
+    if slot == 0 and call.watch and fd_monotonic_ns() >= call.next_poll:
+        if _check_signals() != 0:
+            call.interrupted = True
+            return 1
+        call.next_poll = fd_monotonic_ns() + call.poll_ns
+    call.status[task] = call.run_task(&call.op, &call.tasks[task], call.workspace + <size_t>slot * call.ws_bytes)
+    return 0
 
 
 cdef class Runner:
@@ -435,64 +523,47 @@ cdef class Runner:
     def run(self, x, y):
         """Fill y (C-contiguous, the packed dtype, this geometry's output shape) from x (C-contiguous).
 
+        The tasks run on the pool (src/pool.c): this thread and up to self.threads - 1 helpers claim
+        them one at a time (fewer helpers at the default thread count when other threads take the
+        CPUs: _participants); this thread returns once every claimed task has ended. Another thread's
+        call already running on the pool makes this one run its tasks on this thread alone.
+
         Ctrl-C: when called from the main thread, that thread looks for signals between its tasks
         every _poll_ns; if a handler raises (KeyboardInterrupt), no further task starts, the running
-        ones finish and the exception propagates, y partly written. In a process forked after this
-        one ran threads (_fork_serial) the tasks run serially: an OpenMP region would hang there.
+        ones finish and the exception propagates, y partly written.
         """
-        global _pool_started
         if self.ntasks == 0:
             return y
-        cdef char *workspace = <char *>malloc(max(self.ws_bytes, 1) * self.threads)
-        if workspace == NULL:
+        cdef _call call
+        call.workspace = <char *>malloc(max(self.ws_bytes, 1) * self.threads)
+        if call.workspace == NULL:
             raise MemoryError(f"could not allocate {self.ws_bytes * self.threads} bytes of workspace")
-        cdef int *status = <int *>calloc(self.ntasks, sizeof(int))
-        if status == NULL:
-            free(workspace)
+        call.status = <int *>calloc(self.ntasks, sizeof(int))
+        if call.status == NULL:
+            free(call.workspace)
             raise MemoryError("could not allocate the task status array")
-        cdef fd_operands op = self.operands
-        op.x = cnp.PyArray_DATA(x)
-        op.y = cnp.PyArray_DATA(y)
-        cdef const fd_task *tasks = <const fd_task *>cnp.PyArray_DATA(self.task_array)
-        cdef fd_run_fn run_task = self.run_task
-        cdef size_t ws_bytes = self.ws_bytes
+        call.op = self.operands
+        call.op.x = cnp.PyArray_DATA(x)
+        call.op.y = cnp.PyArray_DATA(y)
+        call.tasks = <const fd_task *>cnp.PyArray_DATA(self.task_array)
+        call.run_task = self.run_task
+        call.ws_bytes = self.ws_bytes
+        # Only the main thread runs Python's signal handlers; elsewhere looking would only take the GIL.
+        call.watch = PyThread_get_thread_ident() == _main_thread
+        call.poll_ns = _poll_ns
+        call.next_poll = fd_monotonic_ns() + _poll_ns
+        call.interrupted = False
         cdef Py_ssize_t task, failed = -1
         cdef int code = 0
-        cdef bint serial = self.threads == 1 or _fork_serial
-        # Only the main thread runs Python's signal handlers; elsewhere looking would only take the GIL.
-        cdef bint watch = PyThread_get_thread_ident() == _main_thread
-        cdef long long poll_ns = _poll_ns
-        cdef long long next_poll = fd_monotonic_ns() + poll_ns
-        # prange makes every name assigned in its body thread-private: the shared state goes through pointers.
-        cdef int stop = 0
-        cdef int *stop_flag = &stop          # set by the thread that saw the exception, read by all
-        cdef long long *poll_at = &next_poll  # thread 0's alone
         with nogil:
-            if serial:
-                for task in range(self.ntasks):
-                    if watch and fd_monotonic_ns() >= next_poll:
-                        if _check_signals() != 0:
-                            stop = 1
-                            break
-                        next_poll = fd_monotonic_ns() + poll_ns
-                    status[task] = run_task(&op, &tasks[task], workspace)
-            else:
-                _pool_started = 1
-                for task in prange(self.ntasks, num_threads=self.threads, schedule="dynamic"):
-                    if not fd_flag_get(stop_flag):
-                        if watch and threadid() == 0 and fd_monotonic_ns() >= poll_at[0]:
-                            if _check_signals() != 0:
-                                fd_flag_set(stop_flag)
-                            poll_at[0] = fd_monotonic_ns() + poll_ns
-                        if not fd_flag_get(stop_flag):
-                            status[task] = run_task(&op, &tasks[task], workspace + threadid() * ws_bytes)
+            fd_pool_run(self.ntasks, _participants(self.threads), _run_task, &call)
             for task in range(self.ntasks):
-                if status[task] != 0 and failed < 0:
+                if call.status[task] != 0 and failed < 0:
                     failed = task
-                    code = status[task]
-        free(workspace)
-        free(status)
-        if stop:
+                    code = call.status[task]
+        free(call.workspace)
+        free(call.status)
+        if call.interrupted:
             _raise_pending()
         if failed >= 0:
             raise RuntimeError(f"fastdeconv kernel {self.algorithm} failed with status {code} on task "

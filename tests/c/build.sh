@@ -1,6 +1,7 @@
 #!/bin/sh
-# Build and run the standalone GEMM test (tests/c/test_gemm.c) with baseline flags.
-#   tests/c/build.sh            full test, then the quick set under valgrind and ASan/UBSan
+# Build and run the standalone GEMM test (tests/c/test_gemm.c) with baseline flags, and the thread
+# pool's (tests/c/test_pool.c).
+#   tests/c/build.sh            full tests, then the quick sets under valgrind, TSan (pool) and ASan/UBSan
 #   tests/c/build.sh bench [isa|all] [reps]   benchmark build (-O3, like the package build)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,25 @@ if $CC -O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=all -I
     -o "$out/test_gemm_asan" -lm 2>/dev/null; then
     echo "AddressSanitizer + UBSan:"
     "$out/test_gemm_asan" quick
+else
+    echo "sanitizers unavailable: skipped"
+fi
+
+# The thread pool (src/pool.c): every task once under concurrent submitters, stop, fork; then under
+# ThreadSanitizer (without the fork part, which TSan cannot follow) and AddressSanitizer + UBSan.
+pool_sources="$root/src/pool.c $here/test_pool.c"
+$CC -O2 -g -std=c99 -Wall -Wextra -pthread -I"$root/src" $pool_sources -o "$out/test_pool"
+"$out/test_pool"
+if $CC -O1 -g -std=c99 -fsanitize=thread -pthread -I"$root/src" $pool_sources -o "$out/test_pool_tsan" 2>/dev/null; then
+    echo "ThreadSanitizer:"
+    TSAN_OPTIONS=halt_on_error=1 "$out/test_pool_tsan" quick nofork
+else
+    echo "ThreadSanitizer unavailable: skipped"
+fi
+if $CC -O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=all -pthread -I"$root/src" $pool_sources \
+    -o "$out/test_pool_asan" 2>/dev/null; then
+    echo "AddressSanitizer + UBSan:"
+    "$out/test_pool_asan" quick
 else
     echo "sanitizers unavailable: skipped"
 fi

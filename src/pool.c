@@ -1,0 +1,325 @@
+/* fastdeconv's thread pool (see pool.h for the design and why).
+ *
+ * State. One pool per process, `pool` below. `lock` guards the job description (generation, fn,
+ * context, ntasks, seats, next_slot) and the helper count; the three fields the workers touch per task
+ * are atomics:
+ *   claim     (generation << 32) | index of the next unclaimed task. A participant claims with a
+ *             compare-and-swap that fails when the generation is not its job's or the index reached
+ *             ntasks, so a helper that joined job g can never take a task of job g+1.
+ *   finished  tasks of the current job that ended (run, or skipped after a stop). The caller returns
+ *             when it reaches ntasks; the participant that finishes the last task wakes it.
+ *   stop      a task function asked to stop: the rest are claimed and skipped.
+ * `busy` (atomic) says a caller owns the pool; a second caller runs its job alone.
+ *
+ * A helper joins a job at most once, while seats are left (seats = participants - 1 when posted, 0
+ * once the caller has nothing left to claim), takes slot next_slot++, then claims until nothing is
+ * left. Every claimed task ends with one increment of `finished`, and a helper touches the job's
+ * function and context only between a successful claim and that increment, during which the caller
+ * waits: so the job's memory (the caller's stack) is never used after fd_pool_run returns.
+ *
+ * Generations are 32 bits: a helper would have to stall for 2^32 jobs to mistake a later job for its
+ * own. Task indices are 32 bits: larger jobs run on the caller alone (FD_POOL_MAX_TASKS). */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* pthreads, pthread_sigmask and clock_gettime under -std=c99 */
+#endif
+#include "pool.h"
+
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ atomics (compiler) */
+#if defined(__GNUC__) || defined(__clang__)
+typedef int64_t fd_atomic64;
+static inline int64_t atomic_load64(fd_atomic64 *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void atomic_store64(fd_atomic64 *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline int atomic_cas64(fd_atomic64 *p, int64_t expected, int64_t desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static inline int64_t atomic_increment64(fd_atomic64 *p) { return __atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL); }
+static inline int atomic_load32(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void atomic_store32(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline int atomic_cas32(int *p, int expected, int desired) {
+    return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+#elif defined(_MSC_VER)
+#include <windows.h>
+/* Interlocked* are full barriers; a 0-to-0 compare-exchange is an atomic load. */
+typedef volatile LONG64 fd_atomic64;
+static inline int64_t atomic_load64(fd_atomic64 *p) { return InterlockedCompareExchange64(p, 0, 0); }
+static inline void atomic_store64(fd_atomic64 *p, int64_t v) { InterlockedExchange64(p, v); }
+static inline int atomic_cas64(fd_atomic64 *p, int64_t expected, int64_t desired) {
+    return InterlockedCompareExchange64(p, desired, expected) == expected;
+}
+static inline int64_t atomic_increment64(fd_atomic64 *p) { return InterlockedIncrement64(p); }
+static inline int atomic_load32(int *p) { return InterlockedCompareExchange((volatile LONG *)p, 0, 0); }
+static inline void atomic_store32(int *p, int v) { InterlockedExchange((volatile LONG *)p, v); }
+static inline int atomic_cas32(int *p, int expected, int desired) {
+    return InterlockedCompareExchange((volatile LONG *)p, desired, expected) == expected;
+}
+#else
+#error "fastdeconv's thread pool needs GCC/Clang __atomic builtins or MSVC's Interlocked functions"
+#endif
+
+/* ------------------------------------------------------------------ threads (operating system) */
+#ifdef _WIN32
+#include <process.h>
+#include <windows.h>
+typedef SRWLOCK fd_lock;
+typedef CONDITION_VARIABLE fd_cond;
+#define FD_LOCK_INIT SRWLOCK_INIT
+#define FD_COND_INIT CONDITION_VARIABLE_INIT
+static void lock(fd_lock *l) { AcquireSRWLockExclusive(l); }
+static void unlock(fd_lock *l) { ReleaseSRWLockExclusive(l); }
+static void cond_wait(fd_cond *c, fd_lock *l) { SleepConditionVariableSRW(c, l, INFINITE, 0); }
+static void cond_signal(fd_cond *c) { WakeConditionVariable(c); }
+static unsigned __stdcall helper_entry(void *arg);
+/* Windows has no fork(): nothing to reset. */
+static int platform_init(void) { return 0; }
+static int start_helper(void) {
+    uintptr_t handle = _beginthreadex(NULL, 0, helper_entry, NULL, 0, NULL);
+    if (handle == 0) return -1;
+    CloseHandle((HANDLE)handle); /* detached: helpers live until the process ends */
+    return 0;
+}
+const char *fd_pool_backend(void) { return "win32"; }
+long long fd_monotonic_ns(void) {
+    LARGE_INTEGER now, frequency;
+    QueryPerformanceCounter(&now);
+    QueryPerformanceFrequency(&frequency);
+    return (long long)((double)now.QuadPart * 1e9 / (double)frequency.QuadPart);
+}
+#else
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+typedef pthread_mutex_t fd_lock;
+typedef pthread_cond_t fd_cond;
+#define FD_LOCK_INIT PTHREAD_MUTEX_INITIALIZER
+#define FD_COND_INIT PTHREAD_COND_INITIALIZER
+static void lock(fd_lock *l) { pthread_mutex_lock(l); }
+static void unlock(fd_lock *l) { pthread_mutex_unlock(l); }
+static void cond_wait(fd_cond *c, fd_lock *l) { pthread_cond_wait(c, l); }
+static void cond_signal(fd_cond *c) { pthread_cond_signal(c); }
+static void *helper_entry(void *arg);
+static void at_fork_prepare(void);
+static void at_fork_parent(void);
+static void at_fork_child(void);
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+static int fork_handlers_status = -1;
+static void install_fork_handlers(void) {
+    fork_handlers_status = pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
+}
+/* 0 once the fork handlers are in place; without them (pthread_atfork failed: ENOMEM) no helper is
+ * started, since a forked child could inherit a held lock. */
+static int platform_init(void) {
+    pthread_once(&fork_handlers_once, install_fork_handlers);
+    return fork_handlers_status;
+}
+static int start_helper(void) {
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, previous;
+    int status;
+    if (pthread_attr_init(&attr) != 0) return -1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* The helper inherits this mask: signals go to the application's own threads (Python's main one). */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    status = pthread_create(&thread, &attr, helper_entry, NULL);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    pthread_attr_destroy(&attr);
+    return status == 0 ? 0 : -1;
+}
+const char *fd_pool_backend(void) { return "pthreads"; }
+long long fd_monotonic_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+#endif
+
+/* ------------------------------------------------------------------ the pool */
+static struct {
+    fd_lock lock;
+    fd_cond work; /* helpers sleep here between jobs */
+    fd_cond done; /* the caller sleeps here for the last claimed tasks */
+    int helpers;  /* started (and alive: they never exit) */
+    /* the current job, under lock */
+    uint32_t generation;
+    int seats, next_slot;
+    fd_pool_task_fn fn;
+    void *context;
+    ptrdiff_t ntasks;
+    /* atomics */
+    fd_atomic64 claim, finished;
+    int stop, busy;
+    int awake; /* helpers inside a job (not asleep), for fd_pool_others_running */
+} pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
+
+/* Claim and run (or, after a stop, skip) tasks of job `generation` until none is left. */
+static void work_on(uint32_t generation, ptrdiff_t ntasks, fd_pool_task_fn fn, void *context, int slot) {
+    for (;;) {
+        int64_t seen = atomic_load64(&pool.claim);
+        for (;;) {
+            if ((uint32_t)((uint64_t)seen >> 32) != generation || (seen & 0xffffffff) >= ntasks) return;
+            if (atomic_cas64(&pool.claim, seen, seen + 1)) break;
+            seen = atomic_load64(&pool.claim);
+        }
+        const ptrdiff_t task = (ptrdiff_t)(seen & 0xffffffff);
+        if (!atomic_load32(&pool.stop) && fn(context, task, slot) != 0) atomic_store32(&pool.stop, 1);
+        if (atomic_increment64(&pool.finished) == ntasks) {
+            /* The last task: wake the caller if it sleeps (it checks `finished` under the lock, so
+             * taking the lock here means the wake-up cannot fall between its check and its sleep). */
+            lock(&pool.lock);
+            cond_signal(&pool.done);
+            unlock(&pool.lock);
+        }
+    }
+}
+
+static void helper_loop(void) {
+    uint32_t joined = 0;
+    int first = 1;
+    lock(&pool.lock);
+    for (;;) {
+        while (pool.seats == 0 || (!first && pool.generation == joined)) cond_wait(&pool.work, &pool.lock);
+        first = 0;
+        joined = pool.generation;
+        pool.seats--;
+        const int slot = pool.next_slot++;
+        const fd_pool_task_fn fn = pool.fn;
+        void *const context = pool.context;
+        const ptrdiff_t ntasks = pool.ntasks;
+        atomic_store32(&pool.awake, pool.awake + 1); /* read without the lock by fd_pool_others_running */
+        unlock(&pool.lock);
+        work_on(joined, ntasks, fn, context, slot);
+        lock(&pool.lock);
+        atomic_store32(&pool.awake, pool.awake - 1);
+    }
+}
+
+#ifdef _WIN32
+static unsigned __stdcall helper_entry(void *arg) {
+    (void)arg;
+    helper_loop();
+    return 0;
+}
+#else
+static void *helper_entry(void *arg) {
+    (void)arg;
+    helper_loop();
+    return NULL;
+}
+
+/* fork(): the lock is held across it, so the child's copy of the pool is consistent; the child has
+ * none of the helpers (nor any job: only the forking thread exists there), so it starts empty with a
+ * fresh lock and condition variables. The generation goes on counting. */
+static void at_fork_prepare(void) { lock(&pool.lock); }
+static void at_fork_parent(void) { unlock(&pool.lock); }
+static void at_fork_child(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.helpers = 0;
+    pool.seats = 0;
+    pool.busy = 0;
+    pool.awake = 0;
+}
+#endif
+
+static int run_alone(ptrdiff_t ntasks, fd_pool_task_fn fn, void *context) {
+    for (ptrdiff_t task = 0; task < ntasks; task++)
+        if (fn(context, task, 0) != 0) return FD_POOL_STOPPED;
+    return FD_POOL_DONE;
+}
+
+int fd_pool_run(ptrdiff_t ntasks, int participants, fd_pool_task_fn fn, void *context) {
+    if (ntasks <= 0) return FD_POOL_DONE;
+    if (participants > ntasks) participants = (int)ntasks;
+    if (participants <= 1 || ntasks > FD_POOL_MAX_TASKS || platform_init() != 0 || !atomic_cas32(&pool.busy, 0, 1))
+        return run_alone(ntasks, fn, context);
+
+    lock(&pool.lock);
+    while (pool.helpers < participants - 1 && start_helper() == 0) pool.helpers++;
+    const int seats = pool.helpers < participants - 1 ? pool.helpers : participants - 1;
+    const uint32_t generation = ++pool.generation;
+    pool.fn = fn;
+    pool.context = context;
+    pool.ntasks = ntasks;
+    pool.seats = seats;
+    pool.next_slot = 1;
+    atomic_store32(&pool.stop, 0);
+    atomic_store64(&pool.finished, 0);
+    atomic_store64(&pool.claim, (int64_t)((uint64_t)generation << 32));
+    unlock(&pool.lock);
+    for (int i = 0; i < seats; i++) cond_signal(&pool.work);
+
+    work_on(generation, ntasks, fn, context, 0);
+
+    /* Nothing left to claim: close the job to late helpers and wait for the tasks still running. */
+    lock(&pool.lock);
+    pool.seats = 0;
+    while (atomic_load64(&pool.finished) != ntasks) cond_wait(&pool.done, &pool.lock);
+    unlock(&pool.lock);
+    const int stopped = atomic_load32(&pool.stop);
+    atomic_store32(&pool.busy, 0);
+    return stopped ? FD_POOL_STOPPED : FD_POOL_DONE;
+}
+
+int fd_pool_helpers(void) {
+    lock(&pool.lock);
+    const int helpers = pool.helpers;
+    unlock(&pool.lock);
+    return helpers;
+}
+
+/* ------------------------------------------------------------------ load */
+#if defined(__linux__)
+#include <fcntl.h>
+#include <unistd.h>
+static int loadavg_fd = -1;
+static fd_atomic64 sampled_ns = -1000000000LL; /* when `others` was sampled */
+static int others = -1;
+
+/* /proc/loadavg is "0.52 0.58 0.59 3/1234 5678": the 4th field's numerator counts the threads running
+ * or runnable now, machine-wide (the reader included). */
+static int read_running(void) {
+    char text[128];
+    int fd = atomic_load32(&loadavg_fd);
+    if (fd < 0) {
+        fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        if (!atomic_cas32(&loadavg_fd, -1, fd)) { /* another thread opened it first */
+            close(fd);
+            fd = atomic_load32(&loadavg_fd);
+        }
+    }
+    const ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    if (n <= 0) return -1;
+    text[n] = 0;
+    const char *p = text;
+    for (int field = 0; field < 3; field++) { /* skip the three load averages */
+        while (*p && *p != ' ') p++;
+        while (*p == ' ') p++;
+    }
+    if (*p < '0' || *p > '9') return -1;
+    long running = 0;
+    while (*p >= '0' && *p <= '9' && running < 1000000) running = running * 10 + (*p++ - '0');
+    return *p == '/' ? (int)running : -1;
+}
+
+int fd_pool_others_running(void) {
+    const long long now = fd_monotonic_ns();
+    if (now - atomic_load64(&sampled_ns) < 1000000) return atomic_load32(&others);
+    atomic_store64(&sampled_ns, now);
+    const int running = read_running();
+    int count = -1;
+    if (running >= 0) {
+        count = running - 1 - atomic_load32(&pool.awake);
+        if (count < 0) count = 0;
+    }
+    atomic_store32(&others, count);
+    return count;
+}
+#else
+int fd_pool_others_running(void) { return -1; }
+#endif
