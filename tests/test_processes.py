@@ -1,8 +1,7 @@
 """Processes and signals around the threaded CPU backend (issue 9).
 
-* fork: GNU libgomp's thread pool does not survive fork(); a child forked after the parent ran
-  threads must still compute (serially) instead of hanging. forkserver and spawn children are fresh
-  processes and keep their threads.
+* fork: the helper threads of the parent's pool do not exist in a forked child; the child must
+  compute with fresh helpers of its own (threaded, no hang), whatever the start method.
 * Ctrl-C: SIGINT during a long call raises KeyboardInterrupt within a bounded time.
 * thread-count limits.
 
@@ -29,7 +28,6 @@ import pytest
 import fastdeconv
 from fastdeconv import _config, _cpu
 
-OPENMP = _cpu.build_info()["openmp"]
 CHILD_TIMEOUT = 30   # seconds for a child's small call: generous for a loaded machine, finite for a hang
 
 
@@ -54,19 +52,23 @@ def _layer_call():
 
 
 def _child(request_threads):
-    """In the child: the thread count it reports, whether set_num_threads warned, and the result."""
+    """In the child: the thread count it reports, whether set_num_threads warned, the pool's helpers
+    before and after its call (0, then its own), and the result."""
+    _cpu.set_serial_flops(0)            # the small layer must use the threads here too
     threads = fastdeconv.get_num_threads()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fastdeconv.set_num_threads(request_threads)
+    helpers_before = _cpu.pool_helpers()
+    result = _layer_call()
     return {"threads": threads, "threads_after_request": fastdeconv.get_num_threads(),
             "warned": any(issubclass(w.category, RuntimeWarning) for w in caught),
-            "forked_serial": _cpu.forked_serial()}, _layer_call()
+            "helpers_before": helpers_before, "helpers_after": _cpu.pool_helpers()}, result
 
 
 def _start_method_scenario(method, parent_threaded):
-    """Parent: optionally a threaded call (starts OpenMP's pool), then a child of `method` calls the
-    same layer. Prints the child's facts and whether its result equals the parent's."""
+    """Parent: optionally a threaded call (starts the pool's helpers), then a child of `method` calls
+    the same layer. Prints the child's facts and whether its result equals the parent's."""
     _cpu.set_serial_flops(0)            # the small layer must use the threads
     fastdeconv.set_num_threads(2)
     expected = _layer_call() if parent_threaded else None
@@ -81,7 +83,8 @@ def _start_method_scenario(method, parent_threaded):
             return
     if expected is None:
         expected = _layer_call()
-    facts.update(hang=False, equal=bool(np.array_equal(result, expected)), parent_threads=fastdeconv.get_num_threads())
+    facts.update(hang=False, equal=bool(np.array_equal(result, expected)), parent_threads=fastdeconv.get_num_threads(),
+                 parent_helpers=_cpu.pool_helpers())
     print(json.dumps(facts))
 
 
@@ -92,21 +95,19 @@ def test_child_process_after_threaded_parent(method):
     facts = _script("start-method", method, "threaded")
     assert not facts["hang"], f"a {method} child's call did not return within {CHILD_TIMEOUT} s"
     assert facts["equal"], "the child's result differs from the parent's"
-    assert facts["parent_threads"] == (2 if OPENMP else 1)
-    if method == "fork" and OPENMP:   # libgomp's pool did not come along: the child runs, and says so, serially
-        assert facts == {**facts, "threads": 1, "threads_after_request": 1, "warned": True, "forked_serial": True}
-    else:                             # a fresh process (or a serial build): nothing to avoid
-        assert not facts["forked_serial"] and not facts["warned"]
-        assert facts["threads_after_request"] == (2 if OPENMP else 1)
+    assert facts["parent_threads"] == 2 and facts["parent_helpers"] >= 1
+    # Whatever the start method: the child starts with no helper (a fork copies none of the parent's
+    # threads) and its threaded call starts its own.
+    assert facts == {**facts, "threads_after_request": 2, "warned": False, "helpers_before": 0}
+    assert facts["helpers_after"] >= 1
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork() here")
 def test_fork_child_of_a_parent_that_never_ran_threads_keeps_them():
-    """No pool to lose: the child keeps its threads (and does not hang using them)."""
+    """No helpers in the parent: the child starts its own (and does not hang using them)."""
     facts = _script("start-method", "fork", "serial")
     assert not facts["hang"] and facts["equal"]
-    assert not facts["forked_serial"] and not facts["warned"]
-    assert facts["threads"] == facts["threads_after_request"] == (2 if OPENMP else 1)
+    assert not facts["warned"] and facts["threads_after_request"] == 2 and facts["helpers_after"] >= 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,14 +197,14 @@ def test_set_num_threads_non_int_is_a_type_error(n):
 def test_max_threads_is_allowed_and_documented():
     assert _config.MAX_THREADS == max(256, os.cpu_count() or 1)
     fastdeconv.set_num_threads(_config.MAX_THREADS)
-    assert fastdeconv.get_num_threads() == (_config.MAX_THREADS if OPENMP else 1)
+    assert fastdeconv.get_num_threads() == _config.MAX_THREADS
     np.testing.assert_array_equal(_layer_call(), _layer_call())
     assert fastdeconv._config.config()["max_threads"] == _config.MAX_THREADS
 
 
 def test_omp_num_threads_beyond_the_limit_is_capped():
     facts = _script("threads", timeout=120, env={"OMP_NUM_THREADS": str(_config.MAX_THREADS * 4)})
-    assert facts["threads"] == (_config.MAX_THREADS if OPENMP else 1)
+    assert facts["threads"] == _config.MAX_THREADS
 
 
 # ---------------------------------------------------------------------------------------------
