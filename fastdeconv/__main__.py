@@ -59,7 +59,7 @@ def build_parser(prog="fastdeconv"):
     parser = _Parser(prog=prog, description="fastdeconv: grouped 2-D transposed convolution (NHWC) for numpy.")
     parser.add_argument("--version", action="version", version=f"fastdeconv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{info,bench,convert}")
-    commands.add_parser("info", help="print show_config(): build, OpenMP, SIMD paths, threads")
+    commands.add_parser("info", help="print show_config(): build, thread pool, SIMD paths, threads")
     bench = commands.add_parser(
         "bench", help="time the benchmark suite against torch and onnxruntime (when they run)",
         description="Time the benchmark suite (real-network shapes, float32) on the CPU backend, side by side "
@@ -73,7 +73,7 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     bench.add_argument("--threads", type=_positive(int, "threads"), default=None, metavar="N",
                        help="threads for fastdeconv, the peers and the sgemm peak (default: fastdeconv's "
-                            "default, OMP_NUM_THREADS or all cores)")
+                            "default, OMP_NUM_THREADS or the CPUs it may use)")
     bench.add_argument("--seconds", type=_positive(float, "seconds"), default=0.5, metavar="S",
                        help="time spent timing each cell (implementation x case); the median call is reported "
                             "(default 0.5; at least 5 calls are made however small S is)")
@@ -84,6 +84,10 @@ def build_parser(prog="fastdeconv"):
                        help="stdout as an aligned plain-text table (default), a markdown table, or JSON")
     bench.add_argument("--json", metavar="FILE", help="also write the full results as JSON to FILE")
     bench.add_argument("--no-peers", action="store_true", help="skip torch and onnxruntime even if installed")
+    bench.add_argument("--contention", action="store_true",
+                       help="instead: p50/p99 of default-threads vs 1-thread calls beside busy processes, a second "
+                            "benchmark process and right after an onnxruntime call (markdown tables; --cases and "
+                            "--seconds apply; a few minutes)")
     convert = commands.add_parser("convert", help="convert an ONNX model's conv layers to MPS weight files")
     convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR")
     convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
@@ -105,6 +109,10 @@ def main(argv=None, prog="fastdeconv") -> int:
             for case in SUITE:
                 print(case.describe())
             return 0
+        if args.contention:
+            from ._contention import run_contention
+
+            return run_contention(cases=args.cases, seconds=args.seconds, ort=not args.no_peers)
         return run_bench(cases=args.cases, json_path=args.json, threads=args.threads, seconds=args.seconds,
                          peers=not args.no_peers, output_format=args.format)
     from .convert import main as convert_main

@@ -15,8 +15,8 @@ Loads (each started before its cases and stopped after them):
 * ``1 busy`` / ``3 busy``: that many plain Python busy loops in subprocesses;
 * ``bench 2T``: a second process calling our own suite plans at 2 threads in a loop.
 
-"after ORT" (when onnxruntime and onnx import): an onnxruntime session of the same layer (its default
-thread count, whose threads spin after a run) is run, then immediately our default-threads call is
+"after ORT" (when onnxruntime and onnx import): an onnxruntime session of the same layer (on our default
+thread count; its threads spin after a run) is run, then immediately our default-threads call is
 timed; compared with our default-threads call alone in the same cell (blocks alternate), target
 within 10 %.
 
@@ -137,13 +137,17 @@ def measure_cell(case, seconds):
 
 
 def _ort_session(case, w, b):
-    """An onnxruntime session of the case's layer at onnxruntime's default threads, and its NCHW x."""
+    """An onnxruntime session of the case's layer on as many threads as our default (onnxruntime's own
+    default counts physical cores, ignoring a CPU affinity mask); its threads spin after a run."""
     import onnx
     import onnxruntime as ort
 
     from fastdeconv.bench import _onnx_model
 
+    import fastdeconv
+
     options = ort.SessionOptions()
+    options.intra_op_num_threads = fastdeconv.get_num_threads()   # the machine's threads, as ours
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(_onnx_model(onnx, case, w, b).SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])

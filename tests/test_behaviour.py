@@ -179,10 +179,10 @@ def test_thread_count_does_not_change_results(deconv_path, op):
     assert_close(results[0], case.reference(x, w, b), np.float32, case.k)
 
 
-def test_show_config_prints_openmp_and_simd(capsys):
+def test_show_config_prints_thread_pool_and_simd(capsys):
     fastdeconv.show_config()
     text = capsys.readouterr().out
-    assert "openmp" in text
+    assert "thread_pool" in text
     assert "threads" in text
     for isa, ok in fastdeconv._cpu.build_info()["gemm_isa_supported"].items():
         assert isa in text

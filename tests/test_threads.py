@@ -277,6 +277,20 @@ def test_show_config_names_the_pool():
     assert "openmp" not in config
 
 
+def test_contention_command_reports_every_load():
+    """`python -m fastdeconv bench --contention` on the tiniest case: a table per load with the ratio
+    columns, the after-onnxruntime table (or why it is skipped), the worst-ratio summary. Structure only."""
+    proc = subprocess.run([sys.executable, "-m", "fastdeconv", "bench", "--contention", "--cases", "seed_group",
+                           "--seconds", "0.01"], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for load in ("none", "1 busy", "3 busy", "bench 2T"):
+        assert f"### load: {load}" in out
+    assert out.count("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 |") == 4
+    assert out.count("| seed_group |") == 5 or "after ORT: skipped" in out
+    assert "worst per load" in out
+
+
 if __name__ == "__main__":   # (as a script, this folder is on sys.path: `helpers` imports)
     scenario = sys.argv[1]
     if scenario == "fork":
