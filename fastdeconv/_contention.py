@@ -5,7 +5,10 @@ called alternately at 1 thread and at the default thread count (``set_num_thread
 ``--seconds`` (at least MIN_CALLS calls of each), and the table reports the p50 of the 1-thread
 calls, the p50 and p99 of the default-threads calls, and the ratios the issue's goal 5 bounds:
 p50(default) / p50(1 thread) (target <= 1.25) and p99(default) / p50(default) (target <= 3).
-Interleaving the two (in random order) puts them under the same load, however it drifts. The p99 of
+Interleaving the two (in random order) puts them under the same load, however it drifts. "paired" is
+the median over adjacent pairs of (default-threads time / 1-thread time): where other processes make
+the times bimodal (a call either runs or waits out another process's time slice), the two medians can
+land on different modes by chance, and the paired ratio is the steadier estimate of the same thing. The p99 of
 the 1-thread calls is shown too: on a machine busy with other processes even a 1-thread call waits
 for the CPU now and then, which bounds what any thread count can reach.
 
@@ -16,9 +19,11 @@ Loads (each started before its cases and stopped after them):
 * ``bench 2T``: a second process calling our own suite plans at 2 threads in a loop.
 
 "after ORT" (when onnxruntime and onnx import): an onnxruntime session of the same layer (on our default
-thread count; its threads spin after a run) is run, then immediately our default-threads call is
-timed; compared with our default-threads call alone in the same cell (blocks alternate), target
-within 10 %.
+thread count; its idle threads spin for about 90 ms after a run) is run, then immediately our
+default-threads call is timed; compared with our default-threads call alone in the same cell (blocks
+alternate), target within 10 %. The same with a session whose threads do not spin
+("session.intra_op.allow_spinning" = "0") shows how much of a slowdown is the spinning: on 2 cores a
+spinning thread holds one of them, whatever we do.
 
 The numbers are wall times of single calls (time.perf_counter), so they include everything the
 caller waits for: waking helper threads, helpers the OS has not scheduled, the end of the call.
@@ -136,54 +141,62 @@ def measure_cell(case, seconds):
     return np.array(single), np.array(default)
 
 
-def _ort_session(case, w, b):
+#: onnxruntime's idle threads spin for a while after a run (about 90 ms measured here): "alone" calls
+#: wait this long after the last onnxruntime run.
+ORT_SPIN_SECONDS = 0.2
+
+
+def _ort_session(case, w, b, spinning=True):
     """An onnxruntime session of the case's layer on as many threads as our default (onnxruntime's own
-    default counts physical cores, ignoring a CPU affinity mask); its threads spin after a run."""
+    default counts physical cores, ignoring a CPU affinity mask). With spinning (onnxruntime's default)
+    its idle threads spin after a run; without ("session.intra_op.allow_spinning" = "0") they sleep."""
     import onnx
     import onnxruntime as ort
 
-    from fastdeconv.bench import _onnx_model
-
     import fastdeconv
+    from fastdeconv.bench import _onnx_model
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = fastdeconv.get_num_threads()   # the machine's threads, as ours
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(_onnx_model(onnx, case, w, b).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(_onnx_model(onnx, case, w, b).SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
 
 
-def measure_after_ort(case, seconds, block=8):
-    """(alone, right after an onnxruntime call) times of the default-threads plan call, in seconds:
-    blocks of `block` calls alternate between the two."""
+def measure_after_ort(case, seconds, block=15):
+    """Times (s) of the default-threads plan call: alone (ORT_SPIN_SECONDS after any onnxruntime run),
+    right after a run of an onnxruntime session whose threads spin, and right after one whose threads
+    sleep; blocks of `block` calls of each kind take turns."""
     import fastdeconv
 
     x, w, b = case.arrays()
-    session = _ort_session(case, w, b)
+    sessions = [_ort_session(case, w, b, spinning) for spinning in (True, False)]
     feed = {"x": np.ascontiguousarray(x.transpose(0, 3, 1, 2))}
     plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
     out = plan(x)
-    session.run(None, feed)
+    for session in sessions:
+        session.run(None, feed)
 
     def call():
         plan(x, out=out)
 
-    alone, after = [], []
-    for _ in range(block):   # the first "alone" block must not follow the warm-up's onnxruntime call
-        call()
+    alone, after_spinning, after_sleeping = [], [], []
     start = time.perf_counter()
     deadline, limit = start + seconds, start + MAX_SECONDS_FACTOR * seconds
     while True:
         now = time.perf_counter()
-        if now >= limit or (now >= deadline and min(len(alone), len(after)) >= MIN_CALLS):
+        if now >= limit or (now >= deadline and len(alone) >= MIN_CALLS):
             break
+        time.sleep(ORT_SPIN_SECONDS)
         for _ in range(block):
             alone.append(_timed(call))
-        for _ in range(block):
-            session.run(None, feed)
-            after.append(_timed(call))
-    return np.array(alone), np.array(after)
+        for session, times in zip(sessions[::-1], (after_sleeping, after_spinning)):
+            for _ in range(block):
+                session.run(None, feed)
+                times.append(_timed(call))
+    return np.array(alone), np.array(after_spinning), np.array(after_sleeping)
 
 
 def _ort_available():
@@ -227,17 +240,19 @@ def run_contention(cases=None, seconds=1.0, loads=LOADS, ort=True, stdout=None, 
                 for case in selected:
                     single, default = measure_cell(case, seconds)
                     p50_1, p50, p99 = np.median(single), np.median(default), np.percentile(default, 99)
-                    rows.append((case.name, p50_1, p50, p99, len(default), np.percentile(single, 99)))
+                    pairs = min(len(single), len(default))
+                    paired = np.median(default[:pairs] / single[:pairs])
+                    rows.append((case.name, p50_1, p50, p99, len(default), np.percentile(single, 99), paired))
             print(f"\n### load: {load}\n", file=stdout)
-            print("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 | calls |",
+            print("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 | paired | calls |",
                   file=stdout)
-            print("|---|---:|---:|---:|---:|---:|---:|---:|", file=stdout)
-            for name, p50_1, p50, p99, calls, p99_1 in rows:
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|", file=stdout)
+            for name, p50_1, p50, p99, calls, p99_1, paired in rows:
                 r50, r99 = p50 / p50_1, p99 / p50
                 mark50 = " !" if r50 > P50_RATIO_TARGET else ""
                 mark99 = " !" if r99 > P99_RATIO_TARGET else ""
                 print(f"| {name} | {_ms(p50_1)} | {_ms(p99_1)} | {_ms(p50)} | {_ms(p99)} | {r50:.2f}{mark50} | {r99:.2f}{mark99} "
-                      f"| {calls} |", file=stdout)
+                      f"| {paired:.2f} | {calls} |", file=stdout)
             worst[load] = (max(r[2] / r[1] for r in rows), max(r[3] / r[2] for r in rows))
             stdout.flush()
         reason = _ort_available() if ort else "not requested"
@@ -246,17 +261,19 @@ def run_contention(cases=None, seconds=1.0, loads=LOADS, ort=True, stdout=None, 
         else:
             print("bench --contention: after an onnxruntime call", file=stderr, flush=True)
             print("\n### right after an onnxruntime call (default threads, no load)\n", file=stdout)
-            print("| case | alone p50 | after ORT p50 | after / alone |", file=stdout)
-            print("|---|---:|---:|---:|", file=stdout)
-            ratios = []
+            print("| case | alone p50 | after ORT p50 | after / alone | after non-spinning ORT p50 | after / alone |",
+                  file=stdout)
+            print("|---|---:|---:|---:|---:|---:|", file=stdout)
+            ratios, sleeping_ratios = [], []
             for case in selected:
-                alone, after = measure_after_ort(case, seconds)
-                ratio = np.median(after) / np.median(alone)
-                ratios.append(ratio)
-                mark = " !" if ratio > AFTER_ORT_TARGET else ""
-                print(f"| {case.name} | {_ms(np.median(alone))} | {_ms(np.median(after))} | {ratio:.2f}{mark} |",
-                      file=stdout)
+                alone, after, after_sleeping = (np.median(t) for t in measure_after_ort(case, seconds))
+                ratios.append(after / alone)
+                sleeping_ratios.append(after_sleeping / alone)
+                marks = [" !" if r[-1] > AFTER_ORT_TARGET else "" for r in (ratios, sleeping_ratios)]
+                print(f"| {case.name} | {_ms(alone)} | {_ms(after)} | {ratios[-1]:.2f}{marks[0]} | {_ms(after_sleeping)} "
+                      f"| {sleeping_ratios[-1]:.2f}{marks[1]} |", file=stdout)
             worst["after ORT"] = (max(ratios), None)
+            worst["after non-spinning ORT"] = (max(sleeping_ratios), None)
     finally:
         if limits is not None:
             limits.restore_original_limits()

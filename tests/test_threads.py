@@ -286,7 +286,7 @@ def test_contention_command_reports_every_load():
     out = proc.stdout
     for load in ("none", "1 busy", "3 busy", "bench 2T"):
         assert f"### load: {load}" in out
-    assert out.count("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 |") == 4
+    assert out.count("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 | paired |") == 4
     assert out.count("| seed_group |") == 5 or "after ORT: skipped" in out
     assert "worst per load" in out
 
