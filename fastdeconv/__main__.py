@@ -71,6 +71,8 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--case", type=_case_names, action="extend", dest="cases", metavar="NAME",
                        help=argparse.SUPPRESS)   # the older spelling, still accepted
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
+    bench.add_argument("--suite", choices=("all", "deconv", "conv"), default="all",
+                       help="the transposed-convolution suite, the convolution suite, or both (default)")
     bench.add_argument("--threads", type=_positive(int, "threads"), default=None, metavar="N",
                        help="threads for fastdeconv, the peers and the sgemm peak (default: fastdeconv's "
                             "default, OMP_NUM_THREADS or all cores)")
@@ -99,14 +101,14 @@ def main(argv=None, prog="fastdeconv") -> int:
         show_config()
         return 0
     if args.command == "bench":
-        from .bench import SUITE, run_bench
+        from .bench import SUITE, SUITES, run_bench
 
         if args.list:
-            for case in SUITE:
+            for case in SUITE + SUITES["conv"] if args.suite == "all" else SUITES[args.suite]:
                 print(case.describe())
             return 0
         return run_bench(cases=args.cases, json_path=args.json, threads=args.threads, seconds=args.seconds,
-                         peers=not args.no_peers, output_format=args.format)
+                         peers=not args.no_peers, output_format=args.format, suite=args.suite)
     from .convert import main as convert_main
 
     return convert_main(args.paths, force=args.force)
