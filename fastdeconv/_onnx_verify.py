@@ -381,6 +381,7 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
         except Exception as error:   # a missing or short file, a shape that does not fit, ...
             check.status, check.reason = "failed", f"the {label} run failed: {type(error).__name__}: {_first_line(error)}"
             results[label] = None
+            continue
         if use_mpscnn:
             check.notes.append(f"mpscnn_model run: {on_mpscnn} of {len(layers)} layers on the MPSCNN model "
                                "with the MPSCNN files, the others on fastdeconv")

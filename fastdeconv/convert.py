@@ -138,7 +138,7 @@ class Conversion:
         if self.network is None:
             text += "; whole network not verified (--no-verify-model)"
         elif self.network.status == "not run":
-            text += "; whole network not verified (see the note above)"
+            text += "; whole network not verified (see above)"
         elif self.network.worst is not None:
             text += f"; max network error {self.network.worst[0]:.1e} ({self.network.status})"
         return text
