@@ -124,15 +124,16 @@ def _add_convert(commands):
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # One list: argparse cannot express an optional positional before a required one.
     convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR",
-                         help=f"the ONNX model (default: the embedded DCGAN-like decoder {DEFAULT_MODEL.name} "
-                              "installed with the package: 4 ConvTranspose layers, built by scripts/make_default_model.py) and the output "
-                              "directory to create")
+                         help=f"the ONNX model (default: {DEFAULT_MODEL.name}, installed with the package: a "
+                              "DCGAN-like decoder of 4 ConvTranspose layers, built by scripts/make_default_model.py) "
+                              "and the output directory to create")
     convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
     convert.add_argument("--strict", action="store_true",
                          help="fail (exit 2, nothing written) if any node would be skipped")
     convert.add_argument("--verify-model", action=argparse.BooleanOptionalAction, default=None,
                          help="verify the whole network from the written files (default: when onnx.reference "
-                              "can run the model); --verify-model makes it required (exit 1 if it cannot run)")
+                              "can run the model); --verify-model makes it required (exit 1 if it cannot run); "
+                              "--no-verify-model skips it (onnx.reference is slow on large models)")
 
 
 def main(argv=None, prog="fastdeconv") -> int:

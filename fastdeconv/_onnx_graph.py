@@ -289,6 +289,8 @@ class OnnxGraph:
             source = self.producer.get(node.input[0])
             after = "a graph input" if source is None else self.describe(source)
             return f"activation after {after}, not directly after a converted layer"
+        if node.domain not in ("", "ai.onnx"):
+            return f"{node.op_type} of domain {node.domain!r} is not a convolution of the ONNX domain"
         return f"{node.op_type} is not a convolution"
 
     @staticmethod

@@ -301,7 +301,8 @@ def _runners(layers, directory, use_mpscnn):
                     mpscnn_model.convolution, w_ohwi=weight, params=params, bias=bias)
             on_mpscnn += 1
         else:
-            runners[layer["onnx_output_before_activation"]] = layer_runner(transposed, weight, bias, _layer_arguments(layer))
+            runners[layer["onnx_output_before_activation"]] = layer_runner(transposed, weight, bias,
+                                                                           _layer_arguments(layer))
     return runners, on_mpscnn
 
 
@@ -379,7 +380,8 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
             evaluator = ReferenceEvaluator(rewritten, new_ops=_converted_ops(runners, reference_fix))
             results[label] = evaluator.run(None, feeds)
         except Exception as error:   # a missing or short file, a shape that does not fit, ...
-            check.status, check.reason = "failed", f"the {label} run failed: {type(error).__name__}: {_first_line(error)}"
+            check.status = "failed"
+            check.reason = f"the {label} run failed: {type(error).__name__}: {_first_line(error)}"
             results[label] = None
             continue
         if use_mpscnn:

@@ -118,6 +118,7 @@ class Conversion:
     network: NetworkCheck | None
     written: bool
     seconds: float = 0.0
+    network_note: str = "--no-verify-model"   # why network is None
 
     @property
     def ok(self) -> bool:
@@ -136,7 +137,7 @@ class Conversion:
         worst_layer = max((r.error_fastdeconv for r in self.layers), default=0.0)
         text += f"; max layer error {worst_layer:.1e}"
         if self.network is None:
-            text += "; whole network not verified (--no-verify-model)"
+            text += f"; whole network not verified ({self.network_note})"
         elif self.network.status == "not run":
             text += "; whole network not verified (see above)"
         elif self.network.worst is not None:
@@ -276,6 +277,7 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
         _record_sharing(graph, chains, results)
         conversion = Conversion(results, skipped, None, written=False)
         if not all(r.ok for r in results):
+            conversion.network_note = "a layer does not match"
             shutil.rmtree(staging)
             conversion.seconds = time.perf_counter() - started
             return conversion

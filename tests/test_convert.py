@@ -161,6 +161,7 @@ def test_a_mismatch_fails_and_writes_nothing(tmp_path, capsys, monkeypatch):
     assert _convert(out) == 1
     captured = capsys.readouterr()
     assert "MISMATCH" in captured.out and "nothing was written" in captured.err
+    assert "whole network not verified (a layer does not match)" in captured.out.splitlines()[-1]
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 

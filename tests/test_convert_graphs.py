@@ -56,7 +56,8 @@ def _bn_inputs(prefix):
 @pytest.fixture
 def constant_paths(tmp_path):
     """Five 4->4 3x3 convolutions whose weights are: Identity(Identity(w1)); Cast(float16); Reshape of a
-    (4, 36) initializer by [0, -1, 3, 3] (0 copies the input's dimension); a Constant node (bias: Constant value_floats); Identity(w1) again
+    (4, 36) initializer by [0, -1, 3, 3] (0 copies the input's dimension); a Constant node (bias: Constant
+    value_floats); Identity(w1) again
     (tied with the first)."""
     rng = np.random.default_rng(1)
     w1 = _f32(rng, 4, 4, 3, 3)
@@ -139,6 +140,23 @@ def test_no_convertible_layer_is_an_error(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------- BatchNormalization
 
+def test_batchnorm_parameters_through_identity_are_folded(tmp_path, capsys):
+    """torch's opset-11 exports name equal BatchNorm parameters (scale = var = ones) through Identity."""
+    rng = np.random.default_rng(11)
+    ones = np.ones(3, np.float32)
+    init = {"w": _f32(rng, 3, 2, 3, 3), "bn.var": ones, "bn.beta": _f32(rng, 3), "bn.mean": _f32(rng, 3)}
+    nodes = [helper.make_node("Identity", ["bn.var"], ["bn.gamma"], name="Identity_4"),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", *_bn_inputs("bn")], ["y"], name="bn", epsilon=0.5)]
+    model = _save(tmp_path / "m.onnx", nodes, init, {"x": [1, 2, 5, 5]}, {"y": [1, 3, 3, 3]}, opset=11)
+    assert _run(model, tmp_path / "out") == 0
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["skipped"] == [] and manifest["layers"][0]["batchnorm"]["node"] == "bn"
+    bias = np.fromfile(tmp_path / "out" / "conv_bias.dat", "<f4")
+    np.testing.assert_allclose(bias, init["bn.beta"] - init["bn.mean"] / np.sqrt(1.5), rtol=1e-6)
+    assert manifest["verification"]["network"]["status"] == "passed"
+
+
 def test_batchnorm_on_a_graph_input_is_skipped(tmp_path, capsys):
     rng = np.random.default_rng(3)
     init = {"w": _f32(rng, 4, 3, 3, 3), **_bn_init("bn", 3, rng)}
@@ -203,6 +221,8 @@ def test_an_op_onnx_reference_lacks(tmp_path, capsys):
     assert _run(model, tmp_path / "out") == 0
     network = _manifest(tmp_path / "out")["verification"]["network"]
     assert network["status"] == "not run" and "'MyOp' from domain 'com.example'" in network["reason"]
+    assert _manifest(tmp_path / "out")["skipped"][0]["reason"] == \
+        "MyOp of domain 'com.example' is not a convolution of the ONNX domain"
 
 
 # ---------------------------------------------------------------------------------------- skip connections
@@ -335,7 +355,8 @@ def test_reference_conv_transpose_matches_onnxruntime(attributes):
                                numpy_helper.from_array(_f32(rng, 2 * 8), "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = _f32(rng, 1, 8, 3, 4, scale=1.0)
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
     got = ReferenceEvaluator(model, new_ops=reference_ops()).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
@@ -358,7 +379,8 @@ def test_reference_batchnorm_with_momentum_matches_onnxruntime(opset):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     x = _f32(rng, 2, 3, 4, 4, scale=2.0)
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
     np.testing.assert_allclose(ReferenceEvaluator(model, new_ops=reference_ops()).run(None, {"x": x})[0],
                                expected, atol=1e-5)
 

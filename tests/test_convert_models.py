@@ -258,7 +258,8 @@ def test_unet_skip_connections_are_listed_for_the_app(tmp_path, capsys):
     # torch's exporter folds a BatchNorm after a Conv2d itself; the ones after ConvTranspose are ours
     batchnorms = sum(n.op_type == "BatchNormalization" for n in onnx.load(str(path)).graph.node)
     assert batchnorms == 2
-    assert summary.startswith("converted 6 layers (2 BatchNorm folded); skipped 6 nodes: Concat×2, LeakyRelu×2, Relu×2")
+    assert summary.startswith("converted 6 layers (2 BatchNorm folded); "
+                              "skipped 6 nodes: Concat×2, LeakyRelu×2, Relu×2")
     manifest = json.loads((out / "manifest.json").read_text())
     layers = {layer["onnx_output"]: layer for layer in manifest["layers"]}
     for concat in (s for s in manifest["skipped"] if s["op"] == "Concat"):
