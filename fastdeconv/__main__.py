@@ -86,10 +86,56 @@ def build_parser(prog="fastdeconv"):
                        help="stdout as an aligned plain-text table (default), a markdown table, or JSON")
     bench.add_argument("--json", metavar="FILE", help="also write the full results as JSON to FILE")
     bench.add_argument("--no-peers", action="store_true", help="skip torch and onnxruntime even if installed")
-    convert = commands.add_parser("convert", help="convert an ONNX model's conv layers to MPS weight files")
-    convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR")
-    convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
+    _add_convert(commands)
     return parser
+
+
+_CONVERT_DESCRIPTION = """\
+Convert the Conv / ConvTranspose layers of an ONNX model into weight files for Apple's MPS (MPSCNN,
+MPSGraph) and fastdeconv, and verify them: each layer on a random input, then the whole network run
+from the written files, against onnx's reference evaluator (and onnxruntime when installed). A
+BatchNormalization directly after a conv is folded into it; the activation after that is recorded.
+Every other node (Add, Concat, pooling, ...) is skipped and listed with the reason. The files are
+written into a temporary directory and moved to OUTDIR only if everything matches."""
+
+_CONVERT_EPILOG = """\
+written into OUTDIR (raw little-endian float32, C order, no header):
+  NAME_weight.dat         conv: (C_out, kH, kW, C_in/groups); transposed: (C_in, kH, kW, C_out/groups)
+  NAME_bias.dat           (C_out,), with any BatchNorm folded in
+  NAME_mpscnn_weight.dat  transposed layers MPSCNNConvolutionTranspose can run: (C_out, kH, kW, C_in/groups),
+                          rotated by 180 degrees
+  manifest.json           per layer: ONNX node, input/output tensors, shapes, stride, padding, dilation,
+                          groups, MPSCNN settings, folded BatchNorm, activation, errors; the skipped nodes;
+                          the whole-network verification; a summary line
+
+The whole-network check (--verify-model) runs by default when onnx.reference can run the model's other
+ops and its inputs are float tensors of static shape (the batch dimension may be symbolic: 1 is fed);
+otherwise a note says why and the per-layer checks decide.
+
+{exit_codes}
+"""
+
+
+def _add_convert(commands):
+    from .convert import DEFAULT_MODEL, EXIT_CODES
+
+    convert = commands.add_parser(
+        "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
+        usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] [MODEL.onnx] OUTDIR",
+        description=_CONVERT_DESCRIPTION, epilog=_CONVERT_EPILOG.format(exit_codes=EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    # One list: argparse cannot express an optional positional before a required one.
+    convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR",
+                         help=f"the ONNX model (default: {DEFAULT_MODEL.name}, installed with the package: a "
+                              "DCGAN-like decoder of 4 ConvTranspose layers, built by scripts/make_default_model.py) "
+                              "and the output directory to create")
+    convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
+    convert.add_argument("--strict", action="store_true",
+                         help="fail (exit 2, nothing written) if any node would be skipped")
+    convert.add_argument("--verify-model", action=argparse.BooleanOptionalAction, default=None,
+                         help="verify the whole network from the written files (default: when onnx.reference "
+                              "can run the model); --verify-model makes it required (exit 1 if it cannot run); "
+                              "--no-verify-model skips it (onnx.reference is slow on large models)")
 
 
 def main(argv=None, prog="fastdeconv") -> int:
@@ -111,7 +157,7 @@ def main(argv=None, prog="fastdeconv") -> int:
                          peers=not args.no_peers, output_format=args.format, suite=args.suite)
     from .convert import main as convert_main
 
-    return convert_main(args.paths, force=args.force)
+    return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,37 @@ def test_bad_bench_arguments_are_one_line_usage_errors(args, words, capsys):
         assert word in err
 
 
+def test_convert_help_states_the_one_form_the_default_model_outputs_and_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: fastdeconv convert [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
+                           "[MODEL.onnx] OUTDIR\n")
+    assert "[[MODEL.onnx] OUTDIR ...]" not in text
+    assert "default_decoder.onnx" in text and "output" in text.split("positional arguments:")[1]
+    for word in ("NAME_weight.dat", "NAME_mpscnn_weight.dat", "manifest.json", "--strict", "exit codes:",
+                 "\n  0  ", "\n  1  ", "\n  2  "):
+        assert word in text, word
+
+
+@pytest.mark.parametrize("args, code, words", [
+    ([], 2, ["the following arguments are required: [MODEL.onnx] OUTDIR"]),
+    (["--verify-model=yes", "out"], 2, ["--verify-model"]),
+    (["a.onnx", "b", "c"], 2, ["takes [MODEL.onnx] OUTDIR (one or two paths), got 3 paths"]),
+])
+def test_convert_usage_errors(args, code, words, capsys):
+    pytest.importorskip("onnx")
+    try:
+        result = main(["convert", *args])
+    except SystemExit as exit_info:
+        result = exit_info.code
+    assert result == code
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+
+
 def test_list_cases(capsys):
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
