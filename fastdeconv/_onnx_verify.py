@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _api, mpscnn_model, weights
+from . import mpscnn_model, weights
 from ._onnx_graph import CONV_OPS, ConversionError
 
 __all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network"]
@@ -52,19 +52,11 @@ _FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}   # TensorProto.F
 
 
 def layer_runner(transposed, weight, bias, arguments):
-    """A callable x (N, H, W, C_in) -> y for one layer, its weights prepared once.
+    """A callable x (N, H, W, C_in) -> y for one layer, its weights prepared once: a
+    :class:`fastdeconv.ConvTranspose2d` or :class:`fastdeconv.Conv2d`."""
+    from ._plan import Conv2d, ConvTranspose2d
 
-    Transposed layers use :class:`fastdeconv.ConvTranspose2d`; convolutions use ``fastdeconv.Conv2d``
-    when the package has that plan class, else :func:`fastdeconv.conv2d` with the arguments bound.
-    """
-    import fastdeconv
-
-    if transposed:
-        return fastdeconv.ConvTranspose2d(weight, bias, **arguments)
-    plan = getattr(fastdeconv, "Conv2d", None)
-    if plan is not None:
-        return plan(weight, bias, **arguments)
-    return functools.partial(_api.conv2d, weight=weight, bias=bias, **arguments)
+    return (ConvTranspose2d if transposed else Conv2d)(weight, bias, **arguments)
 
 
 def max_error(actual, expected) -> float:
