@@ -244,7 +244,8 @@ class Declarations:
                 self.functions.setdefault(name, (framework, function))
 
     def owners(self, selector: str) -> list[str]:
-        found = [name for name, (_, cls) in self.classes.items() if any(m["selector"] == selector for m in cls["methods"])]
+        found = [name for name, (_, cls) in self.classes.items()
+                 if any(m["selector"] == selector for m in cls["methods"])]
         found += [f"<{name}>" for name, (_, p) in self.protocols.items()
                   if any(m["selector"] == selector for m in p["methods"])]
         return sorted(found)
@@ -413,6 +414,15 @@ def read_enums(wheels: Path) -> dict:
     return dict(sorted(values.items()))
 
 
+def _comparable(table: dict) -> dict:
+    """The table without what names the PyObjC release read (versions, file names)."""
+    def strip(entry):
+        return {k: v for k, v in entry.items() if k not in ("source",)} if isinstance(entry, dict) else entry
+
+    return {section: {name: strip(entry) for name, entry in table.get(section, {}).items()}
+            for section in ("selectors", "functions", "classes", "protocols", "enums")}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pyobjc-dir", type=Path, default=Path("/tmp/fastdeconv-pyobjc"),
@@ -439,11 +449,18 @@ def main(argv=None) -> int:
     table["enums"] = read_enums(wheels)
     text = json.dumps(table, indent=1, sort_keys=False) + "\n"
     if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run scripts/extract_pyobjc_selectors.py", file=sys.stderr)
+        current = json.loads(args.output.read_text(encoding="utf-8")) if args.output.exists() else {}
+        if _comparable(current) != _comparable(table):
+            old, new = _comparable(current), _comparable(table)
+            for section in sorted(set(old) | set(new)):
+                for name in sorted(set(old.get(section, {})) | set(new.get(section, {}))):
+                    if old.get(section, {}).get(name) != new.get(section, {}).get(name):
+                        print(f"{section}[{name!r}]:\n  committed: {old.get(section, {}).get(name)}\n"
+                              f"  now:       {new.get(section, {}).get(name)}", file=sys.stderr)
+            print(f"{args.output} differs from PyObjC {versions}: run scripts/extract_pyobjc_selectors.py",
+                  file=sys.stderr)
             return 1
-        print(f"{args.output} is up to date ({len(table['selectors'])} selectors)")
+        print(f"{args.output} agrees with PyObjC {sorted(versions.values())} ({len(table['selectors'])} selectors)")
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")

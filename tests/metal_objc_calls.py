@@ -99,8 +99,8 @@ def _chain_has_objc(node) -> bool:
 
 
 def _is_nsobject_subclass(cls: ast.ClassDef) -> bool:
-    return any((isinstance(b, ast.Attribute) and b.attr == "NSObject") or (isinstance(b, ast.Name) and b.id == "NSObject")
-               for b in cls.bases)
+    return any((isinstance(b, ast.Attribute) and b.attr == "NSObject")
+               or (isinstance(b, ast.Name) and b.id == "NSObject") for b in cls.bases)
 
 
 def _responds_selector(test) -> str | None:

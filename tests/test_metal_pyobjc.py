@@ -244,7 +244,8 @@ class Framework:
         if name in TABLE["functions"]:
             def function(*args):
                 if len(args) != TABLE["functions"][name]["arguments"]:
-                    raise TypeError(f"{name}() takes {TABLE['functions'][name]['arguments']} arguments, got {len(args)}")
+                    expected = TABLE["functions"][name]["arguments"]
+                    raise TypeError(f"{name}() takes {expected} arguments, got {len(args)}")
                 self._world.log.append((name, args, self))
                 return FUNCTIONS[name](self._world, *args)
             return function
@@ -266,8 +267,8 @@ class FakeObjC:
     def __init__(self, world):
         self._world = world
         self.registry = {(entry["pyobjc_metadata"]["registered_on"], sel): _strip(entry["pyobjc_metadata"])
-                         for sel, entry in TABLE["selectors"].items()
-                         if entry["pyobjc_metadata"] and any(r["declared_by"].startswith("<") for r in entry["receivers"])}
+                         for sel, entry in TABLE["selectors"].items() if entry["pyobjc_metadata"]
+                         and any(r["declared_by"].startswith("<") for r in entry["receivers"])}
         self.registrations = []
 
     def registerMetaDataForSelector(self, class_name, selector, metadata):
@@ -348,7 +349,8 @@ def _not_committed(command_buffer, selector):
 
 def _image_nbytes(image):
     spec = image.spec
-    return spec["width"] * spec["height"] * spec["channels"] * np.dtype(descriptors.DTYPE_OF_IMAGE_FORMAT[spec["format"]]).itemsize
+    itemsize = np.dtype(descriptors.DTYPE_OF_IMAGE_FORMAT[spec["format"]]).itemsize
+    return spec["width"] * spec["height"] * spec["channels"] * itemsize
 
 
 def _init_kernel(world, kernel, args, converted):
@@ -358,7 +360,8 @@ def _init_kernel(world, kernel, args, converted):
             "descriptor": source.call_from_objc("descriptor")}
     d = read["descriptor"].params
     groups = d["input_feature_channels"] if d["class"] == "MPSCNNDepthWiseConvolutionDescriptor" else d.get("groups", 1)
-    count = d["output_feature_channels"] * d["kernel_height"] * d["kernel_width"] * (d["input_feature_channels"] // groups)
+    count = (d["output_feature_channels"] * d["kernel_height"] * d["kernel_width"]
+             * (d["input_feature_channels"] // groups))
     address = source.call_from_objc("weights")
     if address is None:
         raise AssertionError("the data source's weights is NULL")
@@ -662,7 +665,8 @@ def test_status_names_the_missing_macos_version(on_macos, path, version, missing
     assert metal._GATE_SELECTOR[path] in state.reason
 
 
-@pytest.mark.parametrize("path, version", [("mps", "12.0"), ("mps", "14.5"), ("mps-cnn", "10.13.4"), ("mps-cnn", "10.14")])
+@pytest.mark.parametrize("path, version", [("mps", "12.0"), ("mps", "14.5"), ("mps-cnn", "10.13.4"),
+                                           ("mps-cnn", "10.14")])
 def test_status_passes_the_version_gate(on_macos, path, version):
     on_macos(version)
     reason = metal.status(path).reason
@@ -670,7 +674,8 @@ def test_status_passes_the_version_gate(on_macos, path, version):
 
 
 def test_macos_version_parses_three_parts(monkeypatch):
-    for release, parsed in (("10.13.4", (10, 13, 4)), ("12.0", (12, 0, 0)), ("14", (14, 0, 0)), ("", None), ("x.y", None)):
+    for release, parsed in (("10.13.4", (10, 13, 4)), ("12.0", (12, 0, 0)), ("14", (14, 0, 0)), ("", None),
+                            ("x.y", None)):
         monkeypatch.setattr(platform, "mac_ver", lambda r=release: (r, ("", "", ""), ""))
         assert metal._macos_version() == parsed
 
@@ -722,7 +727,8 @@ def test_a_managed_result_buffer_is_blitted_before_commit(storage_mode, blit):
 def test_the_graph_result_is_read_from_a_shared_buffer_of_ours():
     descriptor, inputs = graph_case(Case(op="t", dtype="float16", stride=2))
     world, result = run_layer(descriptor, inputs)
-    ((queue, feeds, targets, results), _), = world.calls("runWithMTLCommandQueue_feeds_targetOperations_resultsDictionary_")
+    ((queue, feeds, targets, results), _), = world.calls(
+        "runWithMTLCommandQueue_feeds_targetOperations_resultsDictionary_")
     (tensor_data,) = results.values()
     assert tensor_data.buffer.storage_mode == TABLE["enums"]["MTLResourceStorageModeShared"]
     assert [args[1:] for args, receiver in world.calls("initWithMTLBuffer_shape_dataType_")

@@ -133,7 +133,8 @@ def test_gate_is_the_newest_selector_of_the_backend(path):
 
 def test_status_reason_names_the_selector_of_the_gate():
     for path, selector in metal._GATE_SELECTOR.items():
-        assert _version(TABLE["selectors"][selector]["introduced"]) == _version(".".join(map(str, metal._MIN_MACOS[path])))
+        gate = ".".join(map(str, metal._MIN_MACOS[path]))
+        assert _version(TABLE["selectors"][selector]["introduced"]) == _version(gate)
 
 
 def test_enum_values_match_pyobjc():
@@ -173,7 +174,8 @@ def _mutated(old: str, new: str, module: str = "pyobjc_layer.py") -> dict[str, s
     ("kernel.setOffset_((stage.offset_x, stage.offset_y, 0))", "kernel.setOffset_()",
      "'setOffset:' takes 1 argument(s), called with 0"),
     # a Python-style trailing underscore lost: selector spelled without its last colon
-    ("encodeBatchToCommandBuffer_sourceImages_destinationImages_(", "encodeBatchToCommandBuffer_sourceImages_destinationImages(",
+    ("encodeBatchToCommandBuffer_sourceImages_destinationImages_(",
+     "encodeBatchToCommandBuffer_sourceImages_destinationImages(",
      "'encodeBatchToCommandBuffer:sourceImages:destinationImages' is not in PyObjC's metadata table"),
     # a data-source method misspelled (MPS would never call it)
     ("def biasTerms(self):", "def biasTerm(self):", "'biasTerm' is not in PyObjC's metadata table"),

@@ -45,6 +45,10 @@ How PyObjC converts what crosses the bridge here (pyobjc-core 13.0's C source; f
   must equal that argument.
 * An ``o`` ``^@`` error argument is passed as None and comes back as the second item of a tuple
   (``newLibraryWithSource:options:error:``).
+
+Not verified without a Mac: that PyObjC applies these rules at run time as read here, and the ``@``
+arguments given as Python lists and dicts (``MPSShape`` lists, the feeds and results dictionaries),
+which PyObjC bridges as NSArray/NSDictionary proxies (tests/test_metal_device.py runs all of it).
 """
 
 from __future__ import annotations
