@@ -138,7 +138,8 @@ def download(directory: Path) -> None:
         unpacked = glob.glob(str(tmp / "pip-download-*" / f"{_normal(package).replace('_', '-')}_*"))
         if archives:
             with tarfile.open(archives[0]) as archive:
-                archive.extractall(sdists, filter="data")
+                # the "data" filter (no absolute paths, links out of the tree) where Python has it
+                archive.extractall(sdists, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             (sdists / f"{_normal(package)}-{version}").rename(target)
         elif unpacked:
             Path(unpacked[0]).rename(target)
