@@ -31,6 +31,7 @@ C_SOURCES = [
     "src/gemm_avx512.c",
     "src/depthwise_rows.c",
     "src/algorithms.c",
+    "src/fingerprint.c",
 ]
 
 
@@ -96,7 +97,7 @@ extensions = [
         sources=["src/_cpu.pyx", *C_SOURCES],
         include_dirs=["src", np.get_include()],
         # Headers and *.template.c files are #included: rebuild when they change.
-        depends=sorted(glob.glob("src/*.h") + glob.glob("src/*.template.c")),
+        depends=sorted(glob.glob("src/*.h") + glob.glob("src/*.template.c") + glob.glob("src/third_party/*/*.h")),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     )
 ]

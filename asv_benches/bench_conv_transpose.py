@@ -8,14 +8,16 @@ or ``asv run --quick`` (each commit built in its own virtualenv, see asv.conf.js
 import numpy as np
 
 import fastdeconv
-from fastdeconv.bench import SUITE
+from fastdeconv.bench import CONV_SUITE, SUITE
 
 CASE_NAMES = [case.name for case in SUITE]
 _CASES = {case.name: case for case in SUITE}
+_CONV_CASES = {case.name: case for case in CONV_SUITE}
 
 
 class ConvTranspose2dSuite:
-    """The function API, as a user calls it (weights packed on every call)."""
+    """The function API, as a user calls it (weights packed on the first call of each content), and the
+    ConvTranspose2d layer."""
 
     params = [CASE_NAMES, [1, 2]]
     param_names = ["case", "threads"]
@@ -26,12 +28,16 @@ class ConvTranspose2dSuite:
         self.case = _CASES[name]
         self.x, self.w, self.b = self.case.arrays()
         self.out = fastdeconv.conv_transpose2d(self.x, self.w, self.b, **self.case.kwargs)
+        self.layer = fastdeconv.ConvTranspose2d(self.w, self.b, **self.case.kwargs)
 
     def teardown(self, name, threads):
         fastdeconv.set_num_threads(0)
 
     def time_conv_transpose2d(self, name, threads):
         fastdeconv.conv_transpose2d(self.x, self.w, self.b, **self.case.kwargs, out=self.out)
+
+    def time_plan(self, name, threads):
+        self.layer(self.x, out=self.out)
 
     def peakmem_conv_transpose2d(self, name, threads):
         fastdeconv.conv_transpose2d(self.x, self.w, self.b, **self.case.kwargs)
@@ -70,21 +76,30 @@ class AlgorithmSuite:
 
 
 class Conv2dSuite:
-    """conv2d, the adjoint, on the same shapes run forward (output of the suite's case -> its input)."""
+    """The convolution suite (fastdeconv.bench.CONV_SUITE): the function and the Conv2d layer."""
 
-    params = [["dcgan2", "stride1", "grouped"]]
-    param_names = ["case"]
+    params = [[case.name for case in CONV_SUITE], [1, 2]]
+    param_names = ["case", "threads"]
+    timeout = 120
 
-    def setup(self, name):
-        case = _CASES[name]
-        x, w, b = case.arrays()
-        self.y = fastdeconv.conv_transpose2d(x, w, b, **case.kwargs)
-        self.kwargs = dict(stride=case.stride, padding=case.padding, dilation=case.dilation, groups=case.groups)
-        # The transposed weight (C_in, kH, kW, C_out/g) is the forward convolution's OHWI weight.
-        self.w = w
+    def setup(self, name, threads):
+        fastdeconv.set_num_threads(threads)
+        self.case = _CONV_CASES[name]
+        self.x, self.w, self.b = self.case.arrays()
+        self.layer = fastdeconv.Conv2d(self.w, self.b, **self.case.kwargs)
+        self.out = self.layer(self.x)
 
-    def time_conv2d(self, name):
-        fastdeconv.conv2d(self.y, self.w, None, **self.kwargs)
+    def teardown(self, name, threads):
+        fastdeconv.set_num_threads(0)
+
+    def time_conv2d(self, name, threads):
+        fastdeconv.conv2d(self.x, self.w, self.b, **self.case.kwargs, out=self.out)
+
+    def time_plan(self, name, threads):
+        self.layer(self.x, out=self.out)
+
+    def peakmem_conv2d(self, name, threads):
+        fastdeconv.conv2d(self.x, self.w, self.b, **self.case.kwargs)
 
 
 class Float64Suite:

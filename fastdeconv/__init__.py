@@ -39,12 +39,16 @@ from ._api import conv2d, conv_transpose2d
 from ._backends import backends
 from ._config import get_num_threads, set_num_threads, show_config
 from ._params import conv2d_output_shape, conv_transpose2d_output_shape
-from ._plan import ConvTranspose2d
+from ._plan import Conv2d, ConvTranspose2d
+from ._weight_cache import clear_weight_cache, set_weight_cache_size
 
 __all__ = [
     "conv_transpose2d",
     "conv2d",
     "ConvTranspose2d",
+    "Conv2d",
+    "set_weight_cache_size",
+    "clear_weight_cache",
     "backends",
     "conv_transpose2d_output_shape",
     "conv2d_output_shape",

@@ -71,6 +71,8 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--case", type=_case_names, action="extend", dest="cases", metavar="NAME",
                        help=argparse.SUPPRESS)   # the older spelling, still accepted
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
+    bench.add_argument("--suite", choices=("all", "deconv", "conv"), default="all",
+                       help="the transposed-convolution suite, the convolution suite, or both (default)")
     bench.add_argument("--threads", type=_positive(int, "threads"), default=None, metavar="N",
                        help="threads for fastdeconv, the peers and the sgemm peak (default: fastdeconv's "
                             "default, OMP_NUM_THREADS or the CPUs it may use)")
@@ -88,10 +90,56 @@ def build_parser(prog="fastdeconv"):
                        help="instead: p50/p99 of default-threads vs 1-thread calls beside busy processes, a second "
                             "benchmark process and right after an onnxruntime call (markdown tables; --cases and "
                             "--seconds apply; a few minutes)")
-    convert = commands.add_parser("convert", help="convert an ONNX model's conv layers to MPS weight files")
-    convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR")
-    convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
+    _add_convert(commands)
     return parser
+
+
+_CONVERT_DESCRIPTION = """\
+Convert the Conv / ConvTranspose layers of an ONNX model into weight files for Apple's MPS (MPSCNN,
+MPSGraph) and fastdeconv, and verify them: each layer on a random input, then the whole network run
+from the written files, against onnx's reference evaluator (and onnxruntime when installed). A
+BatchNormalization directly after a conv is folded into it; the activation after that is recorded.
+Every other node (Add, Concat, pooling, ...) is skipped and listed with the reason. The files are
+written into a temporary directory and moved to OUTDIR only if everything matches."""
+
+_CONVERT_EPILOG = """\
+written into OUTDIR (raw little-endian float32, C order, no header):
+  NAME_weight.dat         conv: (C_out, kH, kW, C_in/groups); transposed: (C_in, kH, kW, C_out/groups)
+  NAME_bias.dat           (C_out,), with any BatchNorm folded in
+  NAME_mpscnn_weight.dat  transposed layers MPSCNNConvolutionTranspose can run: (C_out, kH, kW, C_in/groups),
+                          rotated by 180 degrees
+  manifest.json           per layer: ONNX node, input/output tensors, shapes, stride, padding, dilation,
+                          groups, MPSCNN settings, folded BatchNorm, activation, errors; the skipped nodes;
+                          the whole-network verification; a summary line
+
+The whole-network check (--verify-model) runs by default when onnx.reference can run the model's other
+ops and its inputs are float tensors of static shape (the batch dimension may be symbolic: 1 is fed);
+otherwise a note says why and the per-layer checks decide.
+
+{exit_codes}
+"""
+
+
+def _add_convert(commands):
+    from .convert import DEFAULT_MODEL, EXIT_CODES
+
+    convert = commands.add_parser(
+        "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
+        usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] [MODEL.onnx] OUTDIR",
+        description=_CONVERT_DESCRIPTION, epilog=_CONVERT_EPILOG.format(exit_codes=EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    # One list: argparse cannot express an optional positional before a required one.
+    convert.add_argument("paths", nargs="+", metavar="[MODEL.onnx] OUTDIR",
+                         help=f"the ONNX model (default: {DEFAULT_MODEL.name}, installed with the package: a "
+                              "DCGAN-like decoder of 4 ConvTranspose layers, built by scripts/make_default_model.py) "
+                              "and the output directory to create")
+    convert.add_argument("--force", action="store_true", help="replace an existing OUTDIR")
+    convert.add_argument("--strict", action="store_true",
+                         help="fail (exit 2, nothing written) if any node would be skipped")
+    convert.add_argument("--verify-model", action=argparse.BooleanOptionalAction, default=None,
+                         help="verify the whole network from the written files (default: when onnx.reference "
+                              "can run the model); --verify-model makes it required (exit 1 if it cannot run); "
+                              "--no-verify-model skips it (onnx.reference is slow on large models)")
 
 
 def main(argv=None, prog="fastdeconv") -> int:
@@ -103,10 +151,10 @@ def main(argv=None, prog="fastdeconv") -> int:
         show_config()
         return 0
     if args.command == "bench":
-        from .bench import SUITE, run_bench
+        from .bench import SUITE, SUITES, run_bench
 
         if args.list:
-            for case in SUITE:
+            for case in SUITE + SUITES["conv"] if args.suite == "all" else SUITES[args.suite]:
                 print(case.describe())
             return 0
         if args.contention:
@@ -114,10 +162,10 @@ def main(argv=None, prog="fastdeconv") -> int:
 
             return run_contention(cases=args.cases, seconds=args.seconds, ort=not args.no_peers)
         return run_bench(cases=args.cases, json_path=args.json, threads=args.threads, seconds=args.seconds,
-                         peers=not args.no_peers, output_format=args.format)
+                         peers=not args.no_peers, output_format=args.format, suite=args.suite)
     from .convert import main as convert_main
 
-    return convert_main(args.paths, force=args.force)
+    return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model)
 
 
 if __name__ == "__main__":

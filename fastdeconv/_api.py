@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _backends
 from ._params import resolve_conv2d, resolve_conv_transpose2d
-from ._validate import prepare
+from ._plan import Conv2d, ConvTranspose2d
+from ._validate import check_no_overlap, prepare
+from ._weight_cache import CACHE
+
+
+def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
+    """The layer that runs this call with weights packed once per content (fastdeconv._weight_cache),
+    or None for the uncached path. The reference backend is never cached: the oracle shares no
+    machinery with what it checks."""
+    if backend == "reference":
+        return None
+    layer = CACHE.layer(kind, weight, bias, params, algorithm, backend)
+    if layer is not None and type(out) is np.ndarray:
+        # the layer checks out= against its own copies of the weights; the caller's must not overlap it either
+        check_no_overlap(out, (("weight", weight), ("bias", bias)))
+    return layer
 
 __all__ = ["conv_transpose2d", "conv2d"]
+
+
+def _run_cached(layer, x, **kwargs):
+    try:
+        return layer(x, **kwargs)
+    finally:   # a new layer's first call packed its weights: the cache's size is known now
+        if CACHE.untrimmed:
+            CACHE.trim()
 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
@@ -64,7 +89,14 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     (W likewise). Output pixels that no tap reaches hold the bias.
     ``conv_transpose2d(·, W)`` is exactly the adjoint of ``conv2d(·, W)`` with
     the same stride, padding, dilation and groups.
+
+    The weights are packed once per distinct content (numpy arrays) and kept for later calls, up to
+    :func:`fastdeconv.set_weight_cache_size` bytes; an array modified in place is packed again.
     """
+    layer = _cached_layer(ConvTranspose2d, weight, bias, (stride, padding, output_padding, dilation, groups),
+                          algorithm, backend, out)
+    if layer is not None:
+        return _run_cached(layer, x, output_size=output_size, out=out)
     call = prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
         xs, ws, stride, padding, output_padding, dilation, groups, output_size))
     return _backends.run(call, _backends.get(backend), algorithm)
@@ -83,8 +115,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     with x taken as zero outside the image, and
     ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``.
     padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is "im2col"
-    (the CPU's only one today) or None. Other arguments as :func:`conv_transpose2d`.
+    (the CPU's only one today) or None. Other arguments, and the packed-weight cache, as
+    :func:`conv_transpose2d`.
     """
+    layer = _cached_layer(Conv2d, weight, bias, (stride, padding, dilation, groups), algorithm, backend, out)
+    if layer is not None:
+        return _run_cached(layer, x, out=out)
     call = prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
         xs, ws, stride, padding, dilation, groups))
     return _backends.run(call, _backends.get(backend), algorithm)

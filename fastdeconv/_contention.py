@@ -62,7 +62,7 @@ fastdeconv.set_num_threads(2)
 work = []
 for case in SUITE:
     x, w, b = case.arrays()
-    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
+    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)   # SUITE: transposed convolutions
     work.append((plan, x, plan(x)))
 print("ready", flush=True)
 while True:
@@ -87,7 +87,8 @@ class Load:
         elif self.name == "bench 2T":
             process = subprocess.Popen([sys.executable, "-c", BENCH_LOAD], stdout=subprocess.PIPE, text=True)
             self.processes = [process]
-            process.stdout.readline()   # "ready": its plans are built and it is calling them
+            if process.stdout.readline().strip() != "ready":   # its plans are built and it is calling them
+                raise RuntimeError(f"the {self.name!r} load process did not start (exit status {process.wait()})")
         time.sleep(0.2 if self.processes else 0)   # the scheduler sees them running
         return self
 
@@ -101,6 +102,13 @@ class Load:
         return False
 
 
+def _layer_class(case):
+    """The plan class of the case's operation (ConvTranspose2d for the transposed suite)."""
+    import fastdeconv
+
+    return case.functions()[1] if hasattr(case, "functions") else fastdeconv.ConvTranspose2d
+
+
 def _timed(fn):
     start = time.perf_counter()
     fn()
@@ -112,7 +120,7 @@ def measure_cell(case, seconds):
     import fastdeconv
 
     x, w, b = case.arrays()
-    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
+    plan = _layer_class(case)(w, b, **case.kwargs)
     out = plan(x)
 
     def call():
@@ -174,7 +182,7 @@ def measure_after_ort(case, seconds, block=15):
     x, w, b = case.arrays()
     sessions = [_ort_session(case, w, b, spinning) for spinning in (True, False)]
     feed = {"x": np.ascontiguousarray(x.transpose(0, 3, 1, 2))}
-    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
+    plan = _layer_class(case)(w, b, **case.kwargs)
     out = plan(x)
     for session in sessions:
         session.run(None, feed)

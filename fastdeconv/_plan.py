@@ -1,9 +1,10 @@
-"""ConvTranspose2d: a transposed-convolution layer whose weights are packed once.
+"""ConvTranspose2d and Conv2d: layers whose weights are packed once.
 
 This is the create/setup/run idea of XNNPACK operators and ONNX Runtime
 sessions: construction validates the parameters, chooses the algorithm and
 packs the weights; each input shape's geometry and run plan are cached; a call
-only runs the kernels. Results are exactly those of :func:`conv_transpose2d`.
+only runs the kernels. Results are exactly those of :func:`conv_transpose2d`
+and :func:`conv2d`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import numpy as np
 
 from . import _backends
 from ._cpu import get_num_threads
-from ._params import _explicit_padding, _int_pair, kernel_extent, resolve_conv_transpose2d
+from ._params import _explicit_padding, _int_pair, _is_int, _padding_mode, kernel_extent, resolve_conv2d, resolve_conv_transpose2d
 from ._validate import check_out, finish, prepare
 
-__all__ = ["ConvTranspose2d"]
+__all__ = ["ConvTranspose2d", "Conv2d"]
 
 # Input shapes remembered per layer (geometry, fast path); past this the caches restart, so that a
 # stream of ever-new shapes cannot grow them without bound.
@@ -25,8 +26,8 @@ _CACHE_SHAPES = 64
 
 
 def _probe_hw(kernel_hw, stride, padding, dilation):
-    """The smallest input size with an output of at least one pixel, per axis:
-    (H − 1)·s + kd − pad_begin − pad_end >= 1 (output_padding only adds), so
+    """The smallest input size of a transposed convolution with an output of at least one pixel,
+    per axis: (H − 1)·s + kd − pad_begin − pad_end >= 1 (output_padding only adds), so
     H = 1 + max(0, ⌈(pad_begin + pad_end + 1 − kd) / s⌉). "same" and "valid" need H = 1."""
     if isinstance(padding, str) or len(kernel_hw) != 2:
         return 1, 1
@@ -35,31 +36,37 @@ def _probe_hw(kernel_hw, stride, padding, dilation):
                  for k, s, d, (p0, p1) in zip(kernel_hw, stride, dilation, _explicit_padding(padding)))
 
 
-class ConvTranspose2d:
-    """A transposed-convolution layer with its weights prepared once.
+def _forward_probe_hw(kernel_hw, stride, padding, dilation):
+    """The smallest input size of a convolution with an output of at least one pixel, per axis:
+    H + pad_begin + pad_end >= kd, so H = max(1, kd − pad_begin − pad_end); "valid" pads nothing,
+    "same" needs H = 1."""
+    if len(kernel_hw) != 2 or (isinstance(padding, str) and _padding_mode(padding) == "same"):
+        return 1, 1
+    dilation = _int_pair(dilation, "dilation", 1)
+    pads = ((0, 0), (0, 0)) if isinstance(padding, str) else _explicit_padding(padding)
+    return tuple(max(1, kernel_extent(k, d) - p0 - p1) for k, d, (p0, p1) in zip(kernel_hw, dilation, pads))
 
-    ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
-    groups=1)`` takes the arguments of :func:`fastdeconv.conv_transpose2d` (weight (C_in, kH, kW,
-    C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
-    ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
 
-    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"; ValueError if it cannot
-    run the layer); by default the layer's shape chooses (``fastdeconv._cpu_backend.choose_algorithm``).
-    ``backend`` is "cpu", "reference" (the numpy oracle, for checking), "auto" (decided per call, as
-    the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph
-    or kernels on the GPU across calls. Calls are thread-safe.
-    """
+class _Layer:
+    """What ConvTranspose2d and Conv2d share: a subclass names its operation (``_transposed``,
+    ``_resolve_geometry(x_shape, w_shape, **kwargs)``, ``_probe(kernel_hw, stride, padding,
+    dilation)``, the smallest input it accepts, and ``_weight_in_axis``, the weight's axis of input
+    channels per group)."""
 
-    def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
-                 algorithm=None, backend="cpu"):
-        self._kwargs = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation,
-                            groups=groups)
-        c_in = np.shape(weight)[0] if np.ndim(weight) == 4 else 0
+    _transposed: bool
+    _weight_in_axis: int
+
+    def __init__(self, weight, bias, kwargs, algorithm, backend):
+        self._kwargs = kwargs
+        c_in = np.shape(weight)[self._weight_in_axis] if np.ndim(weight) == 4 else 0
+        # a convolution's input has groups × the weight's channels (a bad groups is named by resolve)
+        groups = int(kwargs["groups"]) if not self._transposed and _is_int(kwargs["groups"]) else 1
+        probe_hw = self._probe(np.shape(weight)[1:3], kwargs["stride"], kwargs["padding"], kwargs["dilation"])
         # an empty input whose geometry stands for the layer's (only its shape is resolved: the probe
         # size may be too large for an array)
-        probe = prepare(np.empty((0, 1, 1, c_in), dtype=np.float32), weight, bias, None, transposed=True,
-                        resolve=lambda xs, ws: resolve_conv_transpose2d(
-                            (0, *_probe_hw(ws[1:3], stride, padding, dilation), xs[-1]), ws, **self._kwargs))
+        probe = prepare(np.empty((0, 1, 1, c_in * max(groups, 1)), dtype=np.float32), weight, bias, None,
+                        transposed=self._transposed,
+                        resolve=lambda xs, ws: self._resolve_geometry((0, *probe_hw, xs[-1]), ws, **kwargs))
         # Private copies: later changes to the caller's arrays don't reach the layer. The bias keeps
         # its own precision and is cast per result dtype, as conv_transpose2d does.
         self.weight = np.array(probe.weight)
@@ -81,10 +88,15 @@ class ConvTranspose2d:
             self.algorithm = getattr(layer, "algorithm", algorithm)
 
     def __repr__(self):
-        c_in, kh, kw, cog = self.weight.shape
+        kh, kw = self.weight.shape[1:3]
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
-        return (f"ConvTranspose2d(C_in={c_in}, C_out={cog * self.geometry.groups}, kernel=({kh}, {kw}), {args}, "
-                f"algorithm={self.algorithm!r}, backend={self.backend!r})")
+        return (f"{type(self).__name__}(C_in={self.geometry.in_channels}, C_out={self.geometry.out_channels}, "
+                f"kernel=({kh}, {kw}), {args}, algorithm={self.algorithm!r}, backend={self.backend!r})")
+
+    def nbytes(self) -> int:
+        """Bytes this layer holds: its copy of the weights and bias, and every packed copy."""
+        packed = sum(getattr(getattr(layer, "packed", None), "nbytes", 0) for layer in list(self._layers.values()))
+        return self.weight.nbytes + (0 if self.bias is None else self.bias.nbytes) + packed
 
     def _remember(self, cache: dict, key, value):
         with self._lock:
@@ -107,16 +119,16 @@ class ConvTranspose2d:
     def _resolve(self, x_shape, output_size):
         geometry = self._geometries.get((x_shape, output_size))
         if geometry is None:
-            geometry = resolve_conv_transpose2d(x_shape, self.weight.shape, output_size=output_size, **self._kwargs)
+            extra = {} if output_size is None else {"output_size": output_size}
+            geometry = self._resolve_geometry(x_shape, self.weight.shape, **extra, **self._kwargs)
             self._remember(self._geometries, (x_shape, output_size), geometry)
         return geometry
 
-    def __call__(self, x, *, output_size=None, out=None):
-        if output_size is not None:
-            output_size = _int_pair(output_size, "output_size", 1)
+    def _run(self, x, output_size, out):
         flags = x.flags if type(x) is np.ndarray else None
         # the kernels read and write float* / double*: unaligned x or out= take the general path, which copies
-        if flags is not None and flags.c_contiguous and flags.aligned and (out is None or out.flags.aligned):
+        if (flags is not None and flags.c_contiguous and flags.aligned
+                and (out is None or (type(out) is np.ndarray and out.flags.aligned))):
             ready = self._ready.get((x.shape, x.dtype, output_size, get_num_threads()))
             if ready is not None:   # a shape seen before: validated then, so only out= is left to check
                 run, shape = ready
@@ -128,7 +140,7 @@ class ConvTranspose2d:
                 if y is not out:   # a backend that returns its own array
                     out[...] = y
                 return out
-        call = prepare(x, self.weight, self.bias, out, transposed=True,
+        call = prepare(x, self.weight, self.bias, out, transposed=self._transposed,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
         backend = self._backend
         if backend is _backends.AutoBackend:
@@ -141,3 +153,60 @@ class ConvTranspose2d:
             self._remember(self._ready, (x.shape, x.dtype, output_size, get_num_threads()),
                            (run, call.result_shape))
         return finish(call, run(np.ascontiguousarray(call.x, layer.dtype), _backends.out_buffer(call, layer)))
+
+
+class ConvTranspose2d(_Layer):
+    """A transposed-convolution layer with its weights prepared once.
+
+    ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
+    groups=1)`` takes the arguments of :func:`fastdeconv.conv_transpose2d` (weight (C_in, kH, kW,
+    C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
+    ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
+
+    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"; ValueError if it cannot
+    run the layer); by default the layer's shape chooses (``fastdeconv._cpu_backend.choose_algorithm``).
+    ``backend`` is "cpu", "reference" (the numpy oracle, for checking), "auto" (decided per call, as
+    the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph
+    or kernels on the GPU across calls. Calls are thread-safe. The layer keeps private copies of
+    ``weight`` and ``bias``: later changes to the caller's arrays do not reach it.
+    """
+
+    _transposed = True
+    _weight_in_axis = 0
+    _probe = staticmethod(_probe_hw)
+    _resolve_geometry = staticmethod(resolve_conv_transpose2d)
+
+    def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+                 algorithm=None, backend="cpu"):
+        super().__init__(weight, bias, dict(stride=stride, padding=padding, output_padding=output_padding,
+                                            dilation=dilation, groups=groups), algorithm, backend)
+
+    def __call__(self, x, *, output_size=None, out=None):
+        if output_size is not None:
+            output_size = _int_pair(output_size, "output_size", 1)
+        return self._run(x, output_size, out)
+
+
+class Conv2d(_Layer):
+    """A convolution layer with its weights prepared once.
+
+    ``layer = Conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1)`` takes the
+    arguments of :func:`fastdeconv.conv2d` (weight (C_out, kH, kW, C_in // groups), MPSCNN's OHWI);
+    ``layer(x, out=None)`` returns ``conv2d(x, weight, bias, ..., out=out)``, with the weights packed
+    once (the function packs them on the first call of each weight array's contents, see
+    :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` ("im2col") and ``backend`` as
+    :class:`ConvTranspose2d`. Calls are thread-safe; the layer keeps private copies of its arrays.
+    """
+
+    _transposed = False
+    _weight_in_axis = 3
+    _probe = staticmethod(_forward_probe_hw)
+    _resolve_geometry = staticmethod(resolve_conv2d)
+
+    def __init__(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None,
+                 backend="cpu"):
+        super().__init__(weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
+                         algorithm, backend)
+
+    def __call__(self, x, *, out=None):
+        return self._run(x, None, out)

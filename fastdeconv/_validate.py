@@ -82,6 +82,11 @@ def check_out(out, shape, dtype, inputs) -> None:
             f"{out.shape}, dtype {out.dtype}, C-contiguous={out.flags.c_contiguous}, "
             f"writeable={out.flags.writeable}"
         )
+    check_no_overlap(out, inputs)
+
+
+def check_no_overlap(out: np.ndarray, inputs) -> None:
+    """out= must share no memory with any of the (name, array) inputs."""
     for name, array in inputs:
         if array is not None and np.may_share_memory(out, array):
             raise ValueError(f"out must not overlap {name}")

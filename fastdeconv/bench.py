@@ -1,6 +1,7 @@
-"""The benchmark suite (real-network shapes) and ``fastdeconv bench`` / ``python -m fastdeconv bench``.
+"""The benchmark suites (real-network shapes) and ``fastdeconv bench`` / ``python -m fastdeconv bench``.
 
-Every case is a float32 transposed convolution. FLOPs = 2·N·H·W·C_in·kH·kW·C_out/groups.
+Every case is float32. SUITE holds transposed convolutions, FLOPs = 2·N·H·W·C_in·kH·kW·C_out/groups;
+CONV_SUITE holds convolutions (op "conv"), FLOPs = 2·N·H_out·W_out·C_out·kH·kW·C_in/groups.
 Peers (torch's conv_transpose2d in channels_last, which runs oneDNN, and
 onnxruntime's ConvTranspose) are timed in the same process when they can be
 imported and run, each in its natural layout, with layout conversion done once
@@ -22,12 +23,14 @@ COLUMNS_HELP = """\
 columns (times are medians of repeated calls, float32, in one process):
   case           the suite case (--list shows its shapes and parameters)
   algorithm      the CPU algorithm fastdeconv chose for the layer
-  function ms    one fastdeconv.conv_transpose2d(x, w, b, ...) call: validates the arguments and packs
-                 the weights on every call, as a one-off call would
-  plan ms        one call of a fastdeconv.ConvTranspose2d layer built once (weights packed once),
+  function ms    one fastdeconv.conv_transpose2d(x, w, b, ...) (conv cases: conv2d) call on the same
+                 arrays each time: validates the arguments, fingerprints the weights and reuses the
+                 packed copy it cached on the first call
+  plan ms        one call of a fastdeconv.ConvTranspose2d (conv cases: Conv2d) layer built once,
                  layer(x, out=buffer): what a network that reuses its layers pays
-  torch ms       torch.nn.functional.conv_transpose2d on channels_last tensors (oneDNN), no_grad
-  ORT ms         onnxruntime InferenceSession.run of a one-node ConvTranspose model (NCHW)
+  fn/plan        function ms / plan ms
+  torch ms       torch.nn.functional.conv_transpose2d (conv2d) on channels_last tensors (oneDNN), no_grad
+  ORT ms         onnxruntime InferenceSession.run of a one-node ConvTranspose (Conv) model (NCHW)
   GFLOP/s        the case's FLOPs / plan ms
   % peak         GFLOP/s as a percentage of numpy's float32 matmul (sgemm) speed measured in the same
                  run at the same thread count; "-" when threadpoolctl is missing (numpy's BLAS threads
@@ -56,33 +59,52 @@ class Case:
     output_padding: int = 0
     dilation: int = 1
     groups: int = 1
+    op: str = "deconv"   # "deconv": conv_transpose2d; "conv": conv2d (output_padding unused)
+
+    @property
+    def transposed(self):
+        return self.op == "deconv"
 
     @property
     def weight_shape(self):
-        return (self.input_shape[3], self.kernel, self.kernel, self.out_channels // self.groups)
+        """(C_in, k, k, C_out/g) for a transposed convolution, (C_out, k, k, C_in/g) for a convolution."""
+        c_in, c_out, k = self.input_shape[3], self.out_channels, self.kernel
+        return (c_in, k, k, c_out // self.groups) if self.transposed else (c_out, k, k, c_in // self.groups)
 
     @property
     def kwargs(self):
-        return dict(stride=self.stride, padding=self.padding, output_padding=self.output_padding,
-                    dilation=self.dilation, groups=self.groups)
+        kwargs = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+        return {**kwargs, "output_padding": self.output_padding} if self.transposed else kwargs
 
     @property
     def flops(self):
         n, h, w, cin = self.input_shape
+        if not self.transposed:
+            h, w = _output_hw(self)
+            return 2 * n * h * w * self.out_channels * self.kernel ** 2 * cin // self.groups
         return 2 * n * h * w * cin * self.kernel ** 2 * self.out_channels // self.groups
 
     def arrays(self, dtype=np.float32, seed=0):
-        """x, weight, bias with a fixed seed."""
+        """x, weight, bias with a fixed seed (weights scaled by 1/sqrt(fan-in))."""
         rng = np.random.default_rng(seed)
         x = rng.standard_normal(self.input_shape).astype(dtype)
-        w = (rng.standard_normal(self.weight_shape) / np.sqrt(self.weight_shape[0] // self.groups * self.kernel ** 2))
+        per_group = self.weight_shape[0] // self.groups if self.transposed else self.weight_shape[3]
+        w = rng.standard_normal(self.weight_shape) / np.sqrt(per_group * self.kernel ** 2)
         b = rng.standard_normal(self.out_channels)
         return x, w.astype(dtype), b.astype(dtype)
+
+    def functions(self):
+        """(function, layer class, reference function) of this case's operation."""
+        import fastdeconv
+
+        if self.transposed:
+            return fastdeconv.conv_transpose2d, fastdeconv.ConvTranspose2d, fastdeconv.reference.conv_transpose2d
+        return fastdeconv.conv2d, fastdeconv.Conv2d, fastdeconv.reference.conv2d
 
     def describe(self):
         defaults = {"output_padding": 0, "dilation": 1, "groups": 1}
         extra = "".join(f" {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
-        return (f"{self.name:<14} NHWC {self.input_shape} -> C_out {self.out_channels}, k{self.kernel} "
+        return (f"{self.name:<14} {self.op:<6} NHWC {self.input_shape} -> C_out {self.out_channels}, k{self.kernel} "
                 f"s{self.stride} p{self.padding}{extra}")
 
 
@@ -101,7 +123,22 @@ SUITE = [
     Case("big", (1, 256, 256, 32), 16, 4, 2, 1),
     Case("seed_group", (1, 5, 5, 4), 8, 3, 1, 0, groups=4),
 ]
-CASES = {case.name: case for case in SUITE}
+
+#: Convolutions of the networks whose decoders SUITE holds (their encoders and discriminators).
+CONV_SUITE = [
+    Case("unet_enc1", (1, 256, 256, 3), 64, 4, 2, 1, op="conv"),       # pix2pix U-Net encoder, k4 s2 p1
+    Case("unet_enc2", (1, 128, 128, 64), 128, 4, 2, 1, op="conv"),
+    Case("unet_enc3", (1, 64, 64, 128), 256, 4, 2, 1, op="conv"),
+    Case("unet_enc5", (1, 16, 16, 512), 512, 4, 2, 1, op="conv"),
+    Case("unet_tiny", (1, 2, 2, 512), 512, 4, 2, 1, op="conv"),        # its innermost: a 2x2 input
+    Case("dcgan_d2", (8, 32, 32, 64), 128, 4, 2, 1, op="conv"),        # DCGAN discriminator
+    Case("dcgan_d4", (8, 8, 8, 256), 512, 4, 2, 1, op="conv"),
+    Case("resnet3x3", (1, 56, 56, 64), 64, 3, 1, 1, op="conv"),        # 3x3 s1 at 56²x64
+    Case("pointwise", (1, 56, 56, 128), 128, 1, 1, 0, op="conv"),      # MobileNet 1x1
+    Case("depthwise3x3", (1, 112, 112, 64), 64, 3, 1, 1, groups=64, op="conv"),   # MobileNet depthwise
+]
+SUITES = {"deconv": SUITE, "conv": CONV_SUITE}
+CASES = {case.name: case for case in SUITE + CONV_SUITE}
 
 
 def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
@@ -142,7 +179,7 @@ def _torch_runner(torch, case, x, w, b, threads):
     xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
     wt = torch.from_numpy(np.ascontiguousarray(w.transpose(0, 3, 1, 2))).contiguous(memory_format=torch.channels_last)
     bt = torch.from_numpy(b)
-    fn = torch.nn.functional.conv_transpose2d
+    fn = torch.nn.functional.conv_transpose2d if case.transposed else torch.nn.functional.conv2d
 
     def run():
         with torch.no_grad():
@@ -170,9 +207,10 @@ def _onnx_model(onnx, case, w, b):
     n, h, wd, cin = case.input_shape
     ho, wo = _output_hw(case)
     k, s, p = case.kernel, case.stride, case.padding
+    extra = {"output_padding": [case.output_padding] * 2} if case.transposed else {}
     node = helper.make_node(
-        "ConvTranspose", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p, p, p, p], dilations=[case.dilation] * 2,
-        group=case.groups, output_padding=[case.output_padding] * 2, kernel_shape=[k, k])
+        "ConvTranspose" if case.transposed else "Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p, p, p, p],
+        dilations=[case.dilation] * 2, group=case.groups, kernel_shape=[k, k], **extra)
     graph = helper.make_graph(
         [node], "deconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, cin, h, wd])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, case.out_channels, ho, wo])],
@@ -275,8 +313,11 @@ class Peers:
 
 
 def _output_hw(case):
-    from ._params import conv_transpose2d_output_shape
+    from ._params import conv2d_output_shape, conv_transpose2d_output_shape
 
+    if not case.transposed:
+        return conv2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride, case.padding,
+                                   case.dilation)
     return conv_transpose2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride,
                                          case.padding, case.output_padding, case.dilation)
 
@@ -375,18 +416,16 @@ def measure_case(case, threads, seconds=0.5, peers=True):
 
     ``peers`` is True (load them here), False, or a :class:`Peers`.
     """
-    import fastdeconv
-
     if peers is True:
         peers = Peers()
+    function, layer_class, reference = case.functions()
     x, w, b = case.arrays()
-    ref = fastdeconv.reference.conv_transpose2d(x.astype(np.float64), w.astype(np.float64),
-                                                b.astype(np.float64), **case.kwargs)
+    ref = reference(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **case.kwargs)
     row = {"case": case.name, "gflop": case.flops / 1e9, "mbytes": _case_bytes(case) / 1e6}
-    out = fastdeconv.conv_transpose2d(x, w, b, **case.kwargs)
+    out = function(x, w, b, **case.kwargs)
     row["max_rel_err"] = _relative_error(out, ref)
-    row["fastdeconv_s"] = median_seconds(lambda: fastdeconv.conv_transpose2d(x, w, b, **case.kwargs), seconds)
-    plan = fastdeconv.ConvTranspose2d(w, b, **case.kwargs)
+    row["fastdeconv_s"] = median_seconds(lambda: function(x, w, b, **case.kwargs), seconds)
+    plan = layer_class(w, b, **case.kwargs)
     row["plan_max_rel_err"] = _relative_error(plan(x), ref)
     row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
     row["algorithm"] = plan.algorithm
@@ -401,7 +440,7 @@ def _table(rows, threads, peak):
     columns = [c for c in ("fastdeconv_s", "plan_s", *(f"{s.key}_s" for s in PEERS)) if any(c in r for r in rows)]
     names = {"fastdeconv_s": "function ms", "plan_s": "plan ms", **{f"{s.key}_s": s.column for s in PEERS}}
     peers = [c for c in columns if c not in ("fastdeconv_s", "plan_s")]
-    header = ["case", "algorithm"] + [names[c] for c in columns] + ["GFLOP/s", "% peak", "GB/s"]
+    header = ["case", "algorithm"] + [names[c] for c in columns] + ["fn/plan", "GFLOP/s", "% peak", "GB/s"]
     header += [f"× {names[c][:-3]}" for c in peers] + ["max rel err"]
     body, ratios = [], []
     for r in rows:
@@ -413,6 +452,7 @@ def _table(rows, threads, peak):
             percent_text = "-"
         cells = [r["case"], r.get("algorithm", "")]
         cells += [f"{r[c] * 1e3:.3f}" if c in r else "-" for c in columns]
+        cells.append(f"{r['fastdeconv_s'] / r[ours]:.2f}" if "fastdeconv_s" in r else "-")
         cells += [f"{gflops:.1f}" if gflops < 10 else f"{gflops:.0f}", percent_text,
                   f"{r['mbytes'] / 1e3 / r[ours]:.1f}"]
         cells += [f"{r[c] / r[ours]:.2f}" if c in r else "-" for c in peers]
@@ -461,9 +501,10 @@ def format_table(rows, threads, peak=None, peers_line="", style="text"):
 
 
 def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
-              stdout=None, stderr=None) -> int:
-    """Run the suite (or the named cases) and print the results; returns the exit status (1 when a
-    result is wrong). ``threads`` 0 or None: fastdeconv's default."""
+              stdout=None, stderr=None, suite="all") -> int:
+    """Run the suites (``suite`` "deconv", "conv" or "all") or the named cases and print the results, one
+    table per operation; returns the exit status (1 when a result is wrong). ``threads`` 0 or None:
+    fastdeconv's default."""
     import fastdeconv
 
     stdout = stdout or sys.stdout
@@ -472,7 +513,10 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     if unknown:
         print(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}", file=stderr)
         return 2
-    selected = [CASES[name] for name in dict.fromkeys(cases)] if cases else list(SUITE)
+    if cases:
+        selected = [CASES[name] for name in dict.fromkeys(cases)]
+    else:
+        selected = list(SUITE) + list(CONV_SUITE) if suite == "all" else list(SUITES[suite])
     previous = fastdeconv.get_num_threads()
     if threads:
         fastdeconv.set_num_threads(threads)
@@ -508,7 +552,14 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     if output_format == "json":
         print(json.dumps(result, indent=1), file=stdout)
     else:
-        print(format_table(rows, threads, peak, peer_set.summary(), style=output_format), file=stdout)
+        tables = []
+        for op, title in (("deconv", "transposed convolution: conv_transpose2d / ConvTranspose2d"),
+                          ("conv", "convolution: conv2d / Conv2d")):
+            op_rows = [row for row, case in zip(rows, selected) if case.op == op]
+            if op_rows:
+                tables.append(f"{'## ' if output_format == 'markdown' else ''}{title}\n"
+                              + format_table(op_rows, threads, peak, style=output_format))
+        print("\n\n".join(tables) + "\n" + peer_set.summary(), file=stdout)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)

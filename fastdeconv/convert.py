@@ -1,27 +1,42 @@
-"""``python -m fastdeconv convert [MODEL.onnx] OUTDIR``: ONNX conv layers -> MPS weight files, verified.
+"""``fastdeconv convert [MODEL.onnx] OUTDIR``: ONNX conv layers -> MPS weight files, verified.
 
-For every Conv / ConvTranspose node of the ONNX graph, with the BatchNormalization that directly follows
-it folded in (:func:`fastdeconv.weights.fold_batchnorm`) and the activation after that recorded, the
-converter writes into OUTDIR (raw little-endian float32, C order, see :func:`fastdeconv.weights.save_mps`):
+Every Conv / ConvTranspose node of the ONNX graph whose weight is constant (an initializer or a Constant,
+also through Identity, Cast and Reshape: torch's exporter names a tied or equal weight's second use
+through an Identity) becomes a layer, with the BatchNormalization that directly follows it folded in
+(:func:`fastdeconv.weights.fold_batchnorm`) and the activation after that recorded. The converter writes
+into OUTDIR (raw little-endian float32, C order, see :func:`fastdeconv.weights.save_mps`):
 
 * convolutions: ``NAME_weight.dat`` (C_out, kH, kW, C_in/groups) -- MPSCNNConvolution's OHWI, and ours --
   and ``NAME_bias.dat`` (C_out,);
 * transposed convolutions: ``NAME_weight.dat`` in our layout (C_in, kH, kW, C_out/groups), i.e. the
-  forward convolution's OHWI weight, unrotated (the MPSGraph / fastdeconv weight), ``NAME_bias.dat``, and
-  ``NAME_mpscnn_weight.dat``: (C_out, kH, kW, C_in/groups) rotated by 180° for MPSCNNConvolutionTranspose
-  (:func:`fastdeconv.weights.to_mpscnn_transpose`);
-* ``manifest.json``: per layer its shapes, stride, padding ((top, bottom), (left, right)), dilation,
-  groups, output padding, the MPSCNN settings (kernelOffsetX/Y, offset, destination size; null with a
-  reason where MPSCNN cannot express the layer), the folded BatchNorm and the activation.
+  forward convolution's OHWI weight, unrotated (the MPSGraph / fastdeconv weight), ``NAME_bias.dat``, and,
+  when MPSCNN can express the layer, ``NAME_mpscnn_weight.dat``: (C_out, kH, kW, C_in/groups) rotated by
+  180° for MPSCNNConvolutionTranspose (:func:`fastdeconv.weights.to_mpscnn_transpose`);
+* ``manifest.json``: per layer its ONNX node, input and output tensors (``onnx_input``; ``onnx_output``
+  after the recorded activation, ``onnx_output_before_activation`` what the weights compute), the
+  initializer its weight comes from and the layers sharing it, shapes, stride, padding ((top, bottom),
+  (left, right)), dilation, groups, output padding, the files with their shapes, the MPSCNN settings
+  (kernelOffsetX/Y, offset, destination size; null with a reason where MPSCNN cannot express the layer),
+  the folded BatchNorm, the activation and the verification errors; the ``skipped`` nodes (node, op,
+  reason, input and output tensors: what the app must run and wire, e.g. the Concat of a skip
+  connection); the whole-network ``verification``; and a one-line ``summary``.
 
-Before anything lands in OUTDIR, every layer is verified on random input: fastdeconv with the weights
-read back from the .dat files, and the MPSCNN numpy model (:mod:`fastdeconv.mpscnn_model`) with the MPSCNN
-weights, both against onnx's ReferenceEvaluator running the original node (or the Conv+BN pair). The
-files are written into a temporary directory next to OUTDIR and moved into place only if every layer
-matches; an existing OUTDIR is replaced only with ``--force``.
+Every other node (Add, Concat, pooling, an activation that does not directly follow a layer, a
+BatchNormalization that cannot be folded, a conv whose weight is not constant, ...) is skipped and listed
+with the reason; ``strict=True`` (``--strict``) refuses such a model before anything is written. Nodes
+that only compute constants (Constant, Identity/Cast/Reshape of constants) are neither.
 
-Exit codes: 0 success, 1 bad input or a mismatching layer (nothing written), 2 usage or onnx missing.
-onnx is imported only inside :func:`main`/:func:`convert`: ``import fastdeconv`` never needs it.
+Before anything lands in OUTDIR, every layer is verified on random input (fastdeconv with the weights read
+back from the .dat files, and the MPSCNN numpy model with the MPSCNN weights, against onnx's
+ReferenceEvaluator on the original node or Conv+BN pair), then the whole network from the written files
+(:mod:`fastdeconv._onnx_verify`: fastdeconv, and the MPSCNN model, in place of every converted layer,
+against onnx.reference and onnxruntime when installed). The files are written into a temporary directory
+next to OUTDIR and moved into place only if everything matches; an existing OUTDIR is replaced only with
+``force``.
+
+Exit codes of :func:`main`: 0 success; 1 bad input, a mismatch, or ``--verify-model`` on a model onnx.reference
+cannot run (nothing written); 2 usage, a skipped node under ``--strict`` (nothing written), or onnx missing.
+onnx is imported only inside the functions: ``import fastdeconv`` never needs it.
 """
 
 from __future__ import annotations
@@ -32,34 +47,45 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import __version__, _params, mpscnn_model, weights
-from ._api import conv2d, conv_transpose2d
+from ._onnx_graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph
+from ._onnx_verify import (
+    RELATIVE_TOLERANCE,  # noqa: F401 - convert.RELATIVE_TOLERANCE, as before
+    NetworkCheck,
+    layer_runner,
+    max_error,
+    reference_ops,
+    tolerance_for,
+    verify_directory,
+    verify_network,
+)
 
-__all__ = ["main", "convert", "ConversionError", "LayerResult", "DEFAULT_MODEL", "INSTALL_HINT"]
+__all__ = ["main", "convert", "verify_directory", "Conversion", "ConversionError", "StrictModeError",
+           "LayerResult", "NetworkCheck", "DEFAULT_MODEL", "INSTALL_HINT", "EXIT_CODES"]
 
 DEFAULT_MODEL = Path(__file__).with_name("default_decoder.onnx")
 INSTALL_HINT = 'pip install "fastdeconv[convert]" (from a clone of the repository: pip install -e ".[convert]")'
-#: Largest accepted max|error| / max(1, max|reference|) in float32.
-RELATIVE_TOLERANCE = 1e-4
-#: Opset of the one/two-node models run by onnx's ReferenceEvaluator.
+#: Opset of the one/two-node models run by onnx's ReferenceEvaluator for the per-layer check.
 VERIFY_OPSET = 17
+#: The seed of the random inputs (per layer: the layer's index; the whole network: this).
+NETWORK_SEED = 0
+EXIT_CODES = """\
+exit codes:
+  0  converted and verified; OUTDIR written
+  1  bad input (a missing or unreadable model, an invalid layer), a layer or the network does not match,
+     or --verify-model on a model onnx.reference cannot run; nothing written
+  2  usage error, a node that would be skipped under --strict (nothing written), or onnx not installed"""
+_CONV_OPS = CONV_OPS
 
-#: Activations recorded after a conv (+ BN): ONNX op -> attribute defaults (ONNX Operators.md).
-ACTIVATIONS = {
-    "Relu": {}, "Sigmoid": {}, "Tanh": {}, "Softplus": {}, "Clip": {},
-    "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
-    "Selu": {"alpha": 1.6732632423543772, "gamma": 1.0507009873554805}, "PRelu": {},
-}
-_CONV_OPS = {"Conv": False, "ConvTranspose": True}   # op -> transposed
 
-
-class ConversionError(Exception):
-    """Bad input (file, graph, node): the message names it. No output is written."""
+class StrictModeError(ConversionError):
+    """``strict=True`` and the model has nodes that would be skipped. Nothing is written."""
 
 
 @dataclass
@@ -82,17 +108,62 @@ class LayerResult:
         return all(e <= self.tolerance for e in errors)
 
 
+@dataclass
+class Conversion:
+    """What :func:`convert` did: the layers, the skipped nodes, the whole-network check (None when not
+    asked for) and whether OUTDIR was written."""
+
+    layers: list
+    skipped: list
+    network: NetworkCheck | None
+    written: bool
+    seconds: float = 0.0
+    network_note: str = "--no-verify-model"   # why network is None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.layers) and (self.network is None or self.network.ok)
+
+    @property
+    def folded(self) -> int:
+        return sum(1 for r in self.layers if r.manifest["batchnorm"] is not None)
+
+    def summary(self) -> str:
+        """'converted 14 layers (6 BatchNorm folded); skipped 12 nodes: Concat×6, Relu×6; ...'."""
+        text = f"converted {len(self.layers)} layer{'s' * (len(self.layers) != 1)} ({self.folded} BatchNorm folded)"
+        text += f"; skipped {len(self.skipped)} node{'s' * (len(self.skipped) != 1)}"
+        if self.skipped:
+            text += ": " + OnnxGraph.skipped_counts(self.skipped)
+        worst_layer = max((r.error_fastdeconv for r in self.layers), default=0.0)
+        text += f"; max layer error {worst_layer:.1e}"
+        if self.network is None:
+            text += f"; whole network not verified ({self.network_note})"
+        elif self.network.status == "not run":
+            text += "; whole network not verified (see above)"
+        elif self.network.worst is not None:
+            text += f"; max network error {self.network.worst[0]:.1e} ({self.network.status})"
+        return text
+
+
+def _network_setting(verify_model):
+    if verify_model not in (None, True, False):
+        raise ValueError(f"verify_model must be None (when onnx.reference can run the model), True or False, "
+                         f"got {verify_model!r}")
+    return verify_model
+
+
 # --------------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------------
 
-def main(paths: list[str], force: bool = False) -> int:
-    """``python -m fastdeconv convert [--force] [MODEL.onnx] OUTDIR``; returns the exit code."""
+def main(paths: list[str], force: bool = False, strict: bool = False, verify_model: bool | None = None) -> int:
+    """``fastdeconv convert [--force] [--strict] [--[no-]verify-model] [MODEL.onnx] OUTDIR``; returns the
+    exit code (see :data:`EXIT_CODES`)."""
     try:
         import onnx  # noqa: F401
-        import onnx.reference  # noqa: F401
+        import onnx.reference  # noqa: F401 - onnx without its reference evaluator is not enough
     except ImportError:
-        print(f"error: 'python -m fastdeconv convert' needs the onnx package; install it with: {INSTALL_HINT}",
+        print(f"error: 'fastdeconv convert' needs the onnx package; install it with: {INSTALL_HINT}",
               file=sys.stderr)
         return 2
     if len(paths) == 1:
@@ -100,22 +171,42 @@ def main(paths: list[str], force: bool = False) -> int:
     elif len(paths) == 2:
         model_path, outdir = paths
     else:
-        print(f"error: convert takes [MODEL.onnx] OUTDIR, got {len(paths)} paths: {paths}", file=sys.stderr)
+        print(f"error: convert takes [MODEL.onnx] OUTDIR (one or two paths), got {len(paths)} paths: {paths}",
+              file=sys.stderr)
         return 2
     try:
-        results = convert(model_path, outdir, force=force, progress=sys.stderr)
+        result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
+                         progress=sys.stderr)
+    except StrictModeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(format_table(results))
-    failed = [r.name for r in results if not r.ok]
-    if failed:
-        print(f"error: {len(failed)} of {len(results)} layers do not match the ONNX reference "
-              f"({', '.join(failed)}); nothing was written to {outdir}", file=sys.stderr)
+    print(format_table(result.layers))
+    if result.network is not None:
+        for line in result.network.lines():
+            print(line)
+    summary = result.summary()
+    if not result.ok:
+        failed = [r.name for r in result.layers if not r.ok]
+        what = (f"{len(failed)} of {len(result.layers)} layers do not match the ONNX reference ({', '.join(failed)})"
+                if failed else "the whole network does not match the ONNX reference")
+        print(f"error: {what}; nothing was written to {outdir}", file=sys.stderr)
+        print(_printable(summary))
         return 1
-    print(f"wrote {len(results)} layers to {outdir} (manifest.json, raw little-endian float32 .dat files)",
-          file=sys.stderr)
+    print(_printable(f"{summary}; wrote {outdir}"))
     return 0
+
+
+def _printable(text, stream=None) -> str:
+    """``text`` with × as x where the stream's encoding has no ×."""
+    encoding = getattr(stream or sys.stdout, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        text = text.replace("×", "x")
+    return text
 
 
 def _shape_text(shape) -> str:
@@ -138,12 +229,18 @@ def format_table(results) -> str:
 # The conversion
 # --------------------------------------------------------------------------------------------------------
 
-def convert(model_path, outdir, *, force: bool = False, progress=None) -> list[LayerResult]:
+def convert(model_path, outdir, *, force: bool = False, strict: bool = False, verify_model: bool | None = None,
+            progress=None) -> Conversion:
     """Convert and verify every conv layer of ``model_path`` into ``outdir``; see the module docstring.
 
-    Returns the per-layer results. OUTDIR is created (or, with ``force``, replaced) only if every layer
-    matches; raises :class:`ConversionError` for bad input.
+    ``verify_model``: None runs the whole-network check when onnx.reference can run the model (else a
+    note, and the per-layer checks decide); True requires it (ConversionError when it cannot run);
+    False skips it. Returns a :class:`Conversion`; OUTDIR is created (or, with ``force``, replaced) only
+    if everything matches. Raises :class:`ConversionError` for bad input and :class:`StrictModeError`
+    when ``strict`` and a node would be skipped.
     """
+    started = time.perf_counter()
+    verify_model = _network_setting(verify_model)
     model_path, outdir = Path(model_path), Path(outdir)
     if outdir.exists() and not force:
         raise ConversionError(f"output directory {outdir} already exists; pass --force to replace it")
@@ -151,12 +248,18 @@ def convert(model_path, outdir, *, force: bool = False, progress=None) -> list[L
         raise ConversionError(f"output path {outdir} exists and is not a directory")
     if not outdir.parent.is_dir():
         raise ConversionError(f"the parent directory of {outdir} does not exist")
-    graph = _Graph.load(model_path)
-    chains = graph.conv_chains()
+    graph = OnnxGraph.load(model_path)
+    chains, skipped = graph.analyse()
+    if strict and skipped:
+        listing = "; ".join(f"{graph.describe(s.node)}: {s.reason}" for s in skipped)
+        raise StrictModeError(f"--strict: {len(skipped)} node(s) of {model_path} would be skipped "
+                              f"({OnnxGraph.skipped_counts(skipped)}): {listing}; nothing was written")
     if not chains:
-        raise ConversionError(f"{model_path} has no Conv or ConvTranspose node")
-    for node in graph.unconverted_nodes(chains):
-        _log(progress, f"note: node {node.name!r} ({node.op_type}) is not part of a conv layer; skipped")
+        reasons = "; ".join(f"{graph.describe(s.node)}: {s.reason}" for s in skipped if s.node.op_type in CONV_OPS)
+        raise ConversionError(f"{model_path} has no convertible Conv or ConvTranspose node"
+                              + (f" ({reasons})" if reasons else ""))
+    for entry in skipped:
+        _log(progress, f"note: skipped {graph.describe(entry.node)}: {entry.reason}")
 
     staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.partial-", dir=outdir.parent))
     try:
@@ -171,21 +274,75 @@ def convert(model_path, outdir, *, force: bool = False, progress=None) -> list[L
                            f"{'n/a' if result.error_mpscnn is None else f'{result.error_mpscnn:.2e}'} (MPSCNN model)"
                            f" -> {'ok' if result.ok else 'MISMATCH'}")
             results.append(result)
+        _record_sharing(graph, chains, results)
+        conversion = Conversion(results, skipped, None, written=False)
         if not all(r.ok for r in results):
+            conversion.network_note = "a layer does not match"
             shutil.rmtree(staging)
-            return results
+            conversion.seconds = time.perf_counter() - started
+            return conversion
         manifest = {
             "format": "raw little-endian float32, C order, no header",
             "converter": f"fastdeconv {__version__}",
             "model": str(model_path),
+            "graph_inputs": [{"name": i.name, "shape": _shape_list(graph.shapes.get(i.name))}
+                             for i in graph.graph_inputs],
+            "graph_outputs": [{"name": name, "shape": _shape_list(graph.shapes.get(name))}
+                              for name in graph.graph_outputs],
             "layers": [r.manifest for r in results],
+            "shared_weights": _shared_weights(results),
+            "skipped": [s.entry() for s in skipped],
         }
         (staging / "manifest.json").write_text(_manifest_json(manifest))
+        if verify_model is not False:
+            _log(progress, "whole network: running it with the layers read back from the written files")
+            # read back from the staging directory: what the app will load, not what is in memory
+            conversion.network = _verify_network(graph, json.loads((staging / "manifest.json").read_text()),
+                                                 staging)
+            _log(progress, f"whole network: {conversion.network.status} ({conversion.network.seconds:.1f} s)")
+            if conversion.network.status == "not run" and verify_model:
+                raise ConversionError(f"--verify-model: {conversion.network.reason}")
+            manifest["verification"] = {"layers": "passed", "network": conversion.network.entry()}
+        else:
+            manifest["verification"] = {"layers": "passed", "network": None}
+        conversion.seconds = time.perf_counter() - started
+        manifest["summary"] = conversion.summary()
+        if not conversion.ok:
+            shutil.rmtree(staging)
+            return conversion
+        (staging / "manifest.json").write_text(_manifest_json(manifest))
         _move_into_place(staging, outdir)
+        conversion.written = True
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return results
+    return conversion
+
+
+def _verify_network(graph, manifest, directory):
+    """The whole-network check (a seam for tests)."""
+    return verify_network(graph, manifest, directory, seed=NETWORK_SEED)
+
+
+def _shape_list(shape):
+    return None if shape is None else [v if v is not None else None for v in shape]
+
+
+def _record_sharing(graph, chains, results):
+    """Each layer's ``weight_source`` (the initializer or Constant its ONNX weight resolves to) and
+    ``shares_weight_with`` (the other layers whose weight resolves to the same one)."""
+    sources = [graph.constant_source(chain.conv.input[1]) for chain in chains]
+    for source, result in zip(sources, results):
+        result.manifest["weight_source"] = source
+        result.manifest["shares_weight_with"] = [other.name for s, other in zip(sources, results)
+                                                 if s == source and other is not result]
+
+
+def _shared_weights(results):
+    groups = {}
+    for result in results:
+        groups.setdefault(result.manifest["weight_source"], []).append(result.name)
+    return {source: names for source, names in groups.items() if len(names) > 1}
 
 
 _SCALAR = r"(?:-?[0-9][0-9.eE+-]*|-?Infinity|NaN|null|true|false)"
@@ -209,7 +366,7 @@ def _log(progress, line):
 
 def _unique_name(raw, taken):
     """A file-name-safe layer name whose files (NAME_*.dat and NAME_mpscnn_*.dat) are nobody else's."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip(".") or "layer"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).strip("._") or "layer"
     candidate, suffix = name, 2
     while candidate in taken or _mpscnn_name(candidate) in taken:
         candidate, suffix = f"{name}_{suffix}", suffix + 1
@@ -232,120 +389,6 @@ def _move_into_place(staging: Path, outdir: Path):
         shutil.rmtree(retired)
     else:
         os.rename(staging, outdir)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Reading the ONNX graph
-# --------------------------------------------------------------------------------------------------------
-
-@dataclass
-class _Chain:
-    conv: object                 # onnx NodeProto
-    batchnorm: object = None
-    activation: object = None
-
-
-class _Graph:
-    """An ONNX model with its constants, static shapes and consumers indexed."""
-
-    def __init__(self, model, path):
-        from onnx import numpy_helper
-
-        self.path, self.graph = path, model.graph
-        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
-        for node in self.graph.node:
-            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-        self.shapes = {}
-        for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
-            dims = info.type.tensor_type.shape.dim
-            self.shapes[info.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
-        self.consumers, self.producer = {}, {}
-        for node in self.graph.node:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
-            for name in node.output:
-                self.producer[name] = node
-        self.graph_outputs = {o.name for o in self.graph.output}
-
-    @classmethod
-    def load(cls, path: Path) -> "_Graph":
-        import onnx
-
-        if not path.is_file():
-            raise ConversionError(f"model file {path} does not exist")
-        try:
-            model = onnx.load(str(path))
-            onnx.checker.check_model(model)
-            model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        except Exception as error:  # onnx raises DecodeError, ValidationError, InferenceError, ...
-            raise ConversionError(f"cannot read {path} as an ONNX model: {type(error).__name__}: "
-                                  f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}") from None
-        return cls(model, path)
-
-    def attributes(self, node) -> dict:
-        from onnx import helper
-
-        values = {}
-        for attribute in node.attribute:
-            value = helper.get_attribute_value(attribute)
-            values[attribute.name] = value.decode() if isinstance(value, bytes) else value
-        return values
-
-    def sole_consumer(self, tensor):
-        consumers = self.consumers.get(tensor, [])
-        if len(consumers) == 1 and tensor not in self.graph_outputs:
-            return consumers[0]
-        return None
-
-    def describe(self, node) -> str:
-        return f"node {node.name!r} ({node.op_type})"
-
-    def constant(self, node, index, what):
-        if index >= len(node.input) or not node.input[index]:
-            return None
-        name = node.input[index]
-        if name not in self.constants:
-            raise ConversionError(f"{self.describe(node)} in {self.path}: its {what} {name!r} is not an "
-                                  "initializer or Constant; only constant weights can be converted")
-        return self.constants[name]
-
-    def conv_chains(self) -> list[_Chain]:
-        """Conv/ConvTranspose [-> BatchNormalization] [-> activation], following sole consumers."""
-        chains, folded = [], set()
-        for node in self.graph.node:
-            if node.op_type not in _CONV_OPS:
-                continue
-            chain = _Chain(node)
-            following = self.sole_consumer(node.output[0])
-            if following is not None and following.op_type == "BatchNormalization" \
-                    and following.input[0] == node.output[0]:
-                chain.batchnorm, following = following, self.sole_consumer(following.output[0])
-                folded.add(id(chain.batchnorm))
-            if following is not None and following.op_type in ACTIVATIONS:
-                chain.activation = following
-            chains.append(chain)
-        for node in self.graph.node:
-            if node.op_type == "BatchNormalization" and id(node) not in folded:
-                self._explain_unfoldable(node)
-        return chains
-
-    def _explain_unfoldable(self, batchnorm):
-        source = self.producer.get(batchnorm.input[0])
-        if source is None:
-            where = f"its input {batchnorm.input[0]!r} is a graph input"
-        elif source.op_type in _CONV_OPS:
-            where = (f"the output of {self.describe(source)} is also used elsewhere "
-                     f"({len(self.consumers.get(batchnorm.input[0], []))} consumers or a graph output)")
-        else:
-            where = (f"its input comes from {self.describe(source)}, an unsupported op between the convolution "
-                     "and the BatchNormalization")
-        raise ConversionError(f"{self.describe(batchnorm)} in {self.path} cannot be folded into a convolution: "
-                              f"{where}; only a BatchNormalization directly after a Conv/ConvTranspose is supported")
-
-    def unconverted_nodes(self, chains):
-        used = {id(n) for c in chains for n in (c.conv, c.batchnorm, c.activation) if n is not None}
-        return [n for n in self.graph.node if id(n) not in used and n.op_type != "Constant"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -425,7 +468,7 @@ class _Layer:
     arguments and the geometry they give, and the MPSCNN settings (or why MPSCNN cannot express it)."""
 
     name: str
-    chain: _Chain
+    chain: Chain
     arguments: dict
     weight: np.ndarray
     bias: np.ndarray
@@ -447,7 +490,7 @@ def _convert_layer(graph, chain, name, directory, seed) -> LayerResult:
     """Resolve and fold one chain, write its files into ``directory`` and verify them."""
     layer = _resolve_layer(graph, chain, name)
     files = _write_files(layer, directory)
-    errors = _verify(graph, layer, directory, seed)
+    errors = _verify(graph, layer, directory, files, seed)
     g = layer.geometry
     return LayerResult(name, layer.kind, g.input_shape, g.output_shape, tuple(layer.weight.shape), *errors,
                        _manifest_entry(graph, layer, files, *errors))
@@ -456,7 +499,7 @@ def _convert_layer(graph, chain, name, directory, seed) -> LayerResult:
 def _resolve_layer(graph, chain, name) -> _Layer:
     """Read the conv node, map its attributes, fold the BatchNormalization, resolve the geometry."""
     node = chain.conv
-    transposed = _CONV_OPS[node.op_type]
+    transposed = CONV_OPS[node.op_type]
     weight, onnx_bias, in_channels, input_hw = _read_conv(graph, node, transposed)
     arguments = _conv_arguments(graph, node, transposed, input_hw, weight.shape[1:3], in_channels, weight.shape)
     groups = arguments["groups"]
@@ -468,17 +511,11 @@ def _resolve_layer(graph, chain, name) -> _Layer:
 
 
 def _read_conv(graph, node, transposed):
-    """(weight in our layout as float32, the ONNX bias or None, C_in, (H, W) of the input)."""
-    text = graph.describe(node)
-    onnx_weight = graph.constant(node, 1, "weight")
-    if onnx_weight is None or onnx_weight.ndim != 4:
-        raise ConversionError(f"{text}: weight shape {None if onnx_weight is None else onnx_weight.shape} -- "
-                              "only 2-D convolutions (4-D weights) are supported")
-    onnx_bias = graph.constant(node, 2, "bias")
-    input_shape = graph.shapes.get(node.input[0])
-    if input_shape is None or len(input_shape) != 4 or any(v is None for v in input_shape[1:]):
-        raise ConversionError(f"{text}: the input {node.input[0]!r} needs a static NCHW shape "
-                              f"(C, H, W known), got {input_shape}")
+    """(weight in our layout as float32, the ONNX bias or None, C_in, (H, W) of the input).
+    OnnxGraph.analyse has checked that the weight and bias are constant and the input shape static."""
+    onnx_weight = graph.constant(node.input[1])
+    onnx_bias = graph.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    input_shape = graph.shapes[node.input[0]]
     weight = weights.from_onnx(onnx_weight.astype(np.float32), transposed=transposed)
     return weight, onnx_bias, input_shape[1], tuple(input_shape[2:])
 
@@ -499,7 +536,7 @@ def _fold_batchnorm(graph, batchnorm_node, weight, bias, transposed, groups):
 def _geometry(graph, node, x_shape, w_shape, arguments):
     """The layer's geometry from fastdeconv._params, which validates everything; its message (which
     repeats the values) is prefixed with the node."""
-    resolve = _params.resolve_conv_transpose2d if _CONV_OPS[node.op_type] else _params.resolve_conv2d
+    resolve = _params.resolve_conv_transpose2d if CONV_OPS[node.op_type] else _params.resolve_conv2d
     try:
         return resolve(x_shape, w_shape, **arguments)
     except ValueError as error:
@@ -527,36 +564,43 @@ def _mpscnn_weight_shape(geometry) -> tuple:
 
 
 def _write_files(layer, directory) -> dict:
-    """Save the layer's .dat files; the manifest's "files": role -> file name."""
+    """Save the layer's .dat files; the manifest's "files": role -> file name. The MPSCNN weight of a
+    transposed layer is written only when MPSCNN can express the layer."""
     weight_path, bias_path = weights.save_mps(directory, layer.name, layer.weight, layer.bias)
     files = {"weight": weight_path.name, "bias": bias_path.name}
-    if layer.transposed:
+    if layer.transposed and layer.mpscnn_settings is not None:
         mpscnn_weight = weights.to_mpscnn_transpose(layer.weight, layer.geometry.groups)
         (mpscnn_path,) = weights.save_mps(directory, _mpscnn_name(layer.name), mpscnn_weight)
         files["mpscnn_weight"] = mpscnn_path.name
     return files
 
 
-def _verify(graph, layer, directory, seed):
+def _file_shapes(layer, files) -> dict:
+    shapes = {"weight": list(layer.weight.shape), "bias": [layer.geometry.out_channels]}
+    if "mpscnn_weight" in files:
+        shapes["mpscnn_weight"] = list(_mpscnn_weight_shape(layer.geometry))
+    return shapes
+
+
+def _verify(graph, layer, directory, files, seed):
     """(max error of fastdeconv, of the MPSCNN model or None, tolerance) on one random input.
 
     Both run on the files as written, against onnx's reference evaluator on the original node(s).
     """
     g = layer.geometry
     x_nchw = np.random.default_rng(seed).standard_normal((1, g.in_channels, *g.input_hw)).astype(np.float32)
-    expected = _onnx_reference(graph, layer.chain, layer.arguments, x_nchw).transpose(0, 2, 3, 1).astype(np.float64)
+    expected = _onnx_reference(graph, layer.chain, x_nchw).transpose(0, 2, 3, 1).astype(np.float64)
     x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
     saved_weight, saved_bias = weights.load_mps(directory, layer.name, layer.weight.shape)
-    run = conv_transpose2d if layer.transposed else conv2d
-    error_fastdeconv = _max_error(run(x, saved_weight, saved_bias, **layer.arguments), expected)
+    run = layer_runner(layer.transposed, saved_weight, saved_bias, layer.arguments)
+    error_fastdeconv = max_error(run(x), expected)
     error_mpscnn = None
     if layer.mpscnn_settings is not None:
-        error_mpscnn = _max_error(_run_mpscnn_model(layer, directory, x, saved_weight, saved_bias), expected)
-    tolerance = RELATIVE_TOLERANCE * max(1.0, float(np.abs(expected).max()))
-    return error_fastdeconv, error_mpscnn, tolerance
+        error_mpscnn = max_error(_run_mpscnn_model(layer, directory, files, x, saved_weight, saved_bias), expected)
+    return error_fastdeconv, error_mpscnn, tolerance_for(expected)
 
 
-def _run_mpscnn_model(layer, directory, x, saved_weight, saved_bias) -> np.ndarray:
+def _run_mpscnn_model(layer, directory, files, x, saved_weight, saved_bias) -> np.ndarray:
     """The MPSCNN numpy model with the weight MPSCNN is given: NAME_mpscnn_weight.dat for the transpose,
     the layer's own (OHWI) weight for the convolution."""
     if not layer.transposed:
@@ -565,20 +609,19 @@ def _run_mpscnn_model(layer, directory, x, saved_weight, saved_bias) -> np.ndarr
     return mpscnn_model.convolution_transpose(x, mps_weight, layer.mpscnn_settings, saved_bias)
 
 
-def _max_error(actual, expected) -> float:
-    if actual.shape != expected.shape:
-        return float("inf")
-    return float(np.abs(actual.astype(np.float64) - expected).max())
-
-
 def _manifest_entry(graph, layer, files, error_fastdeconv, error_mpscnn, tolerance) -> dict:
     """The layer's entry in manifest.json (see the module docstring)."""
-    g, node, transposed = layer.geometry, layer.chain.conv, layer.transposed
+    g, chain, node, transposed = layer.geometry, layer.chain, layer.chain.conv, layer.transposed
     return {
         "name": layer.name,
         "kind": layer.kind,
         "onnx_node": node.name,
         "onnx_op": node.op_type,
+        "onnx_input": node.input[0],
+        "onnx_output": chain.final_output,
+        "onnx_output_before_activation": chain.output,
+        "onnx_conv_output": node.output[0],
+        "onnx_weight": node.input[1],
         "input_shape_nhwc": list(g.input_shape),
         "output_shape_nhwc": list(g.output_shape),
         "in_channels": g.in_channels,
@@ -592,10 +635,11 @@ def _manifest_entry(graph, layer, files, error_fastdeconv, error_mpscnn, toleran
         "weight_shape": list(layer.weight.shape),
         "weight_layout": "(C_in, kH, kW, C_out/groups)" if transposed else "(C_out, kH, kW, C_in/groups)",
         "files": files,
+        "file_shapes": _file_shapes(layer, files),
         "mpscnn": _mpscnn_entry(layer),
         "mpscnn_unsupported_reason": layer.mpscnn_reason,
-        "batchnorm": _batchnorm_entry(layer.chain.batchnorm, layer.batchnorm),
-        "activation": _activation_entry(graph, layer.chain.activation),
+        "batchnorm": _batchnorm_entry(chain.batchnorm, layer.batchnorm),
+        "activation": _activation_entry(graph, chain.activation),
         "max_error": {"fastdeconv": error_fastdeconv, "mpscnn_model": error_mpscnn, "tolerance": tolerance},
     }
 
@@ -606,7 +650,7 @@ def _mpscnn_entry(layer):
     entry = {"class": "MPSCNNConvolutionTranspose" if layer.transposed else "MPSCNNConvolution"}
     entry.update(vars(layer.mpscnn_settings))
     entry["weight_shape"] = list(_mpscnn_weight_shape(layer.geometry))
-    entry["weight_file"] = "mpscnn_weight" if layer.transposed else "weight"
+    entry["weight_file"] = "mpscnn_weight" if layer.transposed else "weight"   # a key of "files"
     return entry
 
 
@@ -614,7 +658,8 @@ def _batchnorm_entry(node, parameters):
     if node is None:
         return None
     # The float32 that ONNX stores, written as its shortest decimal: 1e-05, not 9.999999747378752e-06.
-    return {"node": node.name, "epsilon": float(str(np.float32(parameters["eps"]))), "folded": True}
+    return {"node": node.name, "epsilon": float(str(np.float32(parameters["eps"]))), "folded": True,
+            "output": node.output[0]}
 
 
 def _activation_entry(graph, node):
@@ -625,88 +670,52 @@ def _activation_entry(graph, node):
     entry.update({k: v for k, v in graph.attributes(node).items() if isinstance(v, (int, float))})
     if node.op_type == "Clip":
         for index, bound in ((1, "min"), (2, "max")):
-            value = graph.constant(node, index, f"{bound} input")
-            if value is not None:
-                entry[bound] = float(value)
+            if index < len(node.input) and node.input[index]:
+                entry[bound] = float(graph.constant(node.input[index]))
     if node.op_type == "PRelu":
-        entry["slope"] = np.asarray(graph.constant(node, 1, "slope"), dtype=float).ravel().tolist()
+        entry["slope"] = np.asarray(graph.constant(node.input[1]), dtype=float).ravel().tolist()
+    entry["output"] = node.output[0]
     return entry
 
 
 def _batchnorm_parameters(graph, node):
-    attrs = graph.attributes(node)
-    text = graph.describe(node)
-    if attrs.get("training_mode", 0):
-        raise ConversionError(f"{text}: training_mode=1 cannot be folded (inference-mode BatchNormalization only)")
-    if attrs.get("spatial", 1) != 1:
-        raise ConversionError(f"{text}: spatial={attrs['spatial']} is not supported (per-channel statistics only)")
-    if len([o for o in node.output if o]) > 1:
-        raise ConversionError(f"{text}: the running mean/var outputs are used; only inference mode can be folded")
-    gamma, beta, mean, var = (graph.constant(node, i, what) for i, what in
-                              ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
-    return {"gamma": gamma, "beta": beta, "mean": mean, "var": var, "eps": float(attrs.get("epsilon", 1e-5))}
+    """gamma, beta, mean, var, eps of a BatchNormalization that OnnxGraph.analyse found foldable."""
+    gamma, beta, mean, var = (graph.constant(node.input[i]) for i in range(1, 5))
+    return {"gamma": gamma, "beta": beta, "mean": mean, "var": var,
+            "eps": float(graph.attributes(node).get("epsilon", 1e-5))}
 
 
 # --------------------------------------------------------------------------------------------------------
-# The ONNX side of the verification
+# The ONNX side of the per-layer verification
 # --------------------------------------------------------------------------------------------------------
 
-def _onnx_reference(graph, chain, arguments, x_nchw) -> np.ndarray:
+def _onnx_reference(graph, chain, x_nchw) -> np.ndarray:
     """Run the original Conv/ConvTranspose (+ BatchNormalization) node in a tiny model through
-    onnx.reference.ReferenceEvaluator.
-
-    Two rewrites work around the reference implementation where it departs from the ONNX spec (onnx
-    1.14-1.23, ``onnx/reference/ops/op_conv_transpose.py``): a grouped ConvTranspose is evaluated as
-    ``group`` ungrouped ConvTranspose nodes on Split slices (its group path slices W by output channels
-    and keeps one output channel per group), and ``output_shape`` is replaced by the pads and
-    output_padding that the spec derives from it (the reference ignores it when pads are given).
-    """
+    onnx.reference.ReferenceEvaluator, with ConvTranspose per the ONNX spec
+    (:func:`fastdeconv._onnx_verify.reference_ops`)."""
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     node = chain.conv
-    initializers, nodes = [], []
+    initializers = []
 
-    def constant(name, value, dtype=np.float32):
-        initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+    def constant(name, tensor):
+        initializers.append(numpy_helper.from_array(np.asarray(graph.constant(tensor)), name))
         return name
 
-    attributes = graph.attributes(node)
-    weight = graph.constant(node, 1, "weight")
-    bias = graph.constant(node, 2, "bias")
-    if node.op_type == "ConvTranspose" and "output_shape" in attributes:
-        del attributes["output_shape"]
-        attributes.pop("auto_pad", None)
-        (top, bottom), (left, right) = arguments["padding"]
-        attributes["pads"] = [top, left, bottom, right]
-        attributes["output_padding"] = list(arguments["output_padding"])
-    groups = int(attributes.get("group", 1))
-    if node.op_type == "ConvTranspose" and groups > 1:
-        attributes["group"] = 1
-        slices = [f"x{g}" for g in range(groups)]
-        split = constant("split", [x_nchw.shape[1] // groups] * groups, np.int64)
-        nodes.append(helper.make_node("Split", ["x", split], slices, axis=1))
-        in_per_group, out_per_group = weight.shape[0] // groups, weight.shape[1]
-        parts = []
-        for g in range(groups):
-            inputs = [slices[g], constant(f"W{g}", weight[g * in_per_group:(g + 1) * in_per_group])]
-            if bias is not None:
-                inputs.append(constant(f"B{g}", bias[g * out_per_group:(g + 1) * out_per_group]))
-            nodes.append(helper.make_node("ConvTranspose", inputs, [f"y{g}"], **attributes))
-            parts.append(f"y{g}")
-        nodes.append(helper.make_node("Concat", parts, ["conv"], axis=1))
-    else:
-        inputs = ["x", constant("W", weight)] + ([constant("B", bias)] if bias is not None else [])
-        nodes.append(helper.make_node(node.op_type, inputs, ["conv"], **attributes))
+    inputs = ["x", constant("W", node.input[1])]
+    if len(node.input) > 2 and node.input[2]:
+        inputs.append(constant("B", node.input[2]))
+    nodes = [helper.make_node(node.op_type, inputs, ["conv"], **graph.attributes(node))]
     result = "conv"
     if chain.batchnorm is not None:
-        parameters = _batchnorm_parameters(graph, chain.batchnorm)
-        inputs = ["conv"] + [constant(key, parameters[key]) for key in ("gamma", "beta", "mean", "var")]
-        nodes.append(helper.make_node("BatchNormalization", inputs, ["bn"], epsilon=parameters["eps"]))
+        bn = chain.batchnorm
+        inputs = ["conv"] + [constant(key, bn.input[i]) for i, key in enumerate(("gamma", "beta", "mean", "var"), 1)]
+        attributes = {k: v for k, v in graph.attributes(bn).items() if k in ("epsilon", "momentum")}
+        nodes.append(helper.make_node("BatchNormalization", inputs, ["bn"], **attributes))
         result = "bn"
     tiny = helper.make_model(
         helper.make_graph(nodes, "verify", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_nchw.shape)],
                           [helper.make_tensor_value_info(result, TensorProto.FLOAT, None)], initializers),
         opset_imports=[helper.make_opsetid("", VERIFY_OPSET)])
-    return np.asarray(ReferenceEvaluator(tiny).run(None, {"x": x_nchw})[0])
-
+    return np.asarray(ReferenceEvaluator(tiny, new_ops=reference_ops()).run(None, {"x": x_nchw})[0])

@@ -572,3 +572,55 @@ cdef class Runner:
             raise RuntimeError(f"fastdeconv kernel {self.algorithm} failed with status {code} on task "
                                f"{failed} (a bug: please report it)")
         return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Fingerprints: the function API's packed-weight cache (fastdeconv/_weight_cache.py) is keyed by
+# what an array holds, not where it lives.
+
+from libc.stdint cimport uint64_t
+
+cdef extern from "fingerprint.h" nogil:
+    void fd_fingerprint(const void *data, size_t bytes, uint64_t out[2])
+
+# Arrays whose memory span is more than this many times their own size (a sparse view of a larger
+# array) get no fingerprint: hashing the whole span would cost more than it saves.
+cdef Py_ssize_t _FINGERPRINT_MAX_SPAN_RATIO = 4
+
+
+def fingerprint(cnp.ndarray array):
+    """(low, high, offset): the XXH3-128 hash of the bytes ``array`` spans, and the byte offset of
+    its first element from the start of that span; or None when the span is more than 4 times the
+    array's size.
+
+    The span is the memory from the array's lowest to its highest element address, whatever its
+    strides (negative and zero included). Its bytes, together with ``offset``, ``shape``, ``strides``
+    and ``dtype``, determine every element, so two arrays with equal tuples and equal
+    (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
+    released for spans of 64 KiB or more."""
+    cdef int axis
+    cdef Py_ssize_t extent, low = 0, high = 0
+    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(array)
+    cdef Py_ssize_t size = cnp.PyArray_SIZE(array)
+    cdef uint64_t hash[2]
+    cdef const char *start
+    cdef size_t span
+    if size == 0:
+        span = 0
+    else:
+        for axis in range(cnp.PyArray_NDIM(array)):
+            extent = (cnp.PyArray_DIM(array, axis) - 1) * cnp.PyArray_STRIDE(array, axis)
+            if extent < 0:
+                low += extent
+            else:
+                high += extent
+        span = <size_t>(high - low + itemsize)
+        if span > <size_t>(size * itemsize * _FINGERPRINT_MAX_SPAN_RATIO):
+            return None
+    start = <const char *>cnp.PyArray_DATA(array) + low
+    if span >= 65536:
+        with nogil:
+            fd_fingerprint(start, span, hash)
+    else:
+        fd_fingerprint(start, span, hash)
+    return hash[0], hash[1], -low

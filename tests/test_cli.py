@@ -95,10 +95,44 @@ def test_bad_bench_arguments_are_one_line_usage_errors(args, words, capsys):
         assert word in err
 
 
+def test_convert_help_states_the_one_form_the_default_model_outputs_and_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: fastdeconv convert [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
+                           "[MODEL.onnx] OUTDIR\n")
+    assert "[[MODEL.onnx] OUTDIR ...]" not in text
+    assert "default_decoder.onnx" in text and "output" in text.split("positional arguments:")[1]
+    for word in ("NAME_weight.dat", "NAME_mpscnn_weight.dat", "manifest.json", "--strict", "exit codes:",
+                 "\n  0  ", "\n  1  ", "\n  2  "):
+        assert word in text, word
+
+
+@pytest.mark.parametrize("args, code, words", [
+    ([], 2, ["the following arguments are required: [MODEL.onnx] OUTDIR"]),
+    (["--verify-model=yes", "out"], 2, ["--verify-model"]),
+    (["a.onnx", "b", "c"], 2, ["takes [MODEL.onnx] OUTDIR (one or two paths), got 3 paths"]),
+])
+def test_convert_usage_errors(args, code, words, capsys):
+    pytest.importorskip("onnx")
+    try:
+        result = main(["convert", *args])
+    except SystemExit as exit_info:
+        result = exit_info.code
+    assert result == code
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+
+
 def test_list_cases(capsys):
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()] == [case.name for case in bench.SUITE]
+    assert [line.split()[0] for line in out.splitlines()] == [case.name for case in bench.SUITE + bench.CONV_SUITE]
+    assert main(["bench", "--list", "--suite", "conv"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines()] == [[case.name, "conv"] for case in bench.CONV_SUITE]
 
 
 def test_help_explains_every_column(capsys):
@@ -247,7 +281,8 @@ def test_peak_flags_noise_and_results_over_100_percent():
 def test_peak_missing_is_a_dash_with_a_note():
     text = bench.format_table(_rows([50]), 2, bench.Peak(None, [], "threadpoolctl is not installed"))
     line = next(line for line in text.splitlines() if line.startswith("c0"))
-    assert line.split()[5] == "-" and "note: threadpoolctl is not installed" in text
+    # case, algorithm, function ms, plan ms, fn/plan, GFLOP/s, % peak
+    assert line.split()[4:7] == ["1.00", "50", "-"] and "note: threadpoolctl is not installed" in text
 
 
 def test_sgemm_at_the_requested_threads():
@@ -276,3 +311,14 @@ def test_source_tree_without_the_extension_says_how_to_fix_it(tmp_path):
     assert last.startswith("ImportError: the compiled extension fastdeconv._cpu is missing from "), last
     assert str(tmp_path / "fastdeconv") in last and "pip install -e ." in last
     assert "partially initialized" not in result.stderr
+
+
+def test_bench_runs_a_convolution_case_beside_a_transposed_one(capsys):
+    """One table per operation; conv cases run conv2d / Conv2d and the peers' Conv, checked against
+    the reference (exit status 1 if a result were wrong)."""
+    assert main(["bench", "--cases", "seed_group,unet_tiny", "--seconds", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "transposed convolution: conv_transpose2d / ConvTranspose2d" in out
+    assert "convolution: conv2d / Conv2d" in out
+    conv_table = out.split("convolution: conv2d / Conv2d")[1]
+    assert "unet_tiny" in conv_table and "seed_group" not in conv_table

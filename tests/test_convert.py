@@ -81,8 +81,12 @@ def test_embedded_model(tmp_path, capsys):
     out = tmp_path / "out"
     assert _convert(out) == 0
     captured = capsys.readouterr()
-    table = captured.out.splitlines()
-    assert table[0].split()[:2] == ["layer", "kind"] and len(table) == 5
+    lines = captured.out.splitlines()
+    table = lines[:5]
+    assert table[0].split()[:2] == ["layer", "kind"] and not lines[5].startswith("deconv")
+    assert lines[5].startswith("network output 'deconv4.act' 1x3x32x32") and lines[5].endswith("-> ok")
+    assert lines[-1].startswith("converted 4 layers (3 BatchNorm folded); skipped 0 nodes; max layer error ")
+    assert "(passed); wrote " in lines[-1] and lines[-1].endswith(str(out))
     assert all(line.split()[1] == "conv_transpose2d" and line.rstrip().endswith("ok") for line in table[1:])
     assert "[4/4] deconv4" in captured.err
     manifest = json.loads((out / "manifest.json").read_text())
@@ -119,13 +123,19 @@ def test_model_built_here(mixed_model, tmp_path, capsys):
     assert a["kind"] == "conv2d" and a["output_shape_nhwc"] == [1, 5, 4, 8]
     # SAME_LOWER, stride 2, k3: H 9 -> 5 needs 2 rows (1 + 1), W 8 -> 4 needs 1 column, at the beginning.
     assert a["padding"] == [[1, 1], [1, 0]]
-    assert a["activation"] == {"op": "LeakyRelu", "node": "conv_a_act", "alpha": pytest.approx(0.2)}
+    assert a["activation"] == {"op": "LeakyRelu", "node": "conv_a_act", "alpha": pytest.approx(0.2), "output": "a_act"}
+    assert (a["onnx_input"], a["onnx_conv_output"], a["onnx_output_before_activation"], a["onnx_output"]) == \
+        ("x", "a", "a_bn", "a_act")
     assert b["padding"] == [[0, 2], [1, 1]] and b["mpscnn"]["depthwise"] is True
     assert b["activation"]["min"] == 0.0 and b["activation"]["max"] == 6.0
     assert c["output_shape_nhwc"][1:3] == [8, 9] and c["mpscnn"] is None
     assert c["padding"] == [[0, 0], [1, 1]] and c["output_padding"] == [1, 0]   # from output_shape, per the spec
     assert "multiple of 4" in c["mpscnn_unsupported_reason"] and c["max_error"]["mpscnn_model"] is None
-    assert (out / "deconv_c_mpscnn_weight.dat").exists()   # written anyway, for a fixed-up app
+    # no MPSCNN file is written or named where MPSCNN cannot run the layer
+    assert not (out / "deconv_c_mpscnn_weight.dat").exists() and set(c["files"]) == {"weight", "bias"}
+    assert c["file_shapes"] == {"weight": [8, 3, 3, 1], "bias": [4]}
+    assert d["file_shapes"]["mpscnn_weight"] == d["mpscnn"]["weight_shape"] == [4, 3, 3, 4]
+    assert (out / d["files"]["mpscnn_weight"]).stat().st_size == 4 * 4 * 3 * 3 * 4
     assert d["output_shape_nhwc"][1:3] == [c["output_shape_nhwc"][1] * 2, c["output_shape_nhwc"][2] * 3]
     assert d["mpscnn"]["kernel_offset_y"] == (3 >> 1) - 2 + d["padding"][0][0]
     assert (out / "conv_a_weight.dat").stat().st_size == 4 * 8 * 3 * 3 * 8
@@ -151,10 +161,13 @@ def test_a_mismatch_fails_and_writes_nothing(tmp_path, capsys, monkeypatch):
     assert _convert(out) == 1
     captured = capsys.readouterr()
     assert "MISMATCH" in captured.out and "nothing was written" in captured.err
+    assert "whole network not verified (a layer does not match)" in captured.out.splitlines()[-1]
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_unsupported_op_inside_a_chain(tmp_path, capsys):
+def test_unsupported_op_between_conv_and_batchnorm_is_skipped(tmp_path, capsys):
+    """Conv -> Mul -> BatchNormalization: the conv is converted, the Mul and the BatchNormalization are
+    skipped with accurate reasons, and the whole network (which runs them) still matches."""
     pytest.importorskip("onnx")
     from onnx import helper
 
@@ -164,10 +177,16 @@ def test_unsupported_op_inside_a_chain(tmp_path, capsys):
              helper.make_node("Mul", ["y", "k"], ["scaled"], name="scale_mul"),
              helper.make_node("BatchNormalization", ["scaled", *_bn_inputs("bn")], ["z"], name="bn1")]
     model = _build_model(tmp_path / "m.onnx", nodes, init, [1, 2, 5, 5])
-    assert _convert(model, tmp_path / "out") == 1
-    error = capsys.readouterr().err
-    assert "node 'bn1' (BatchNormalization)" in error and "node 'scale_mul' (Mul)" in error
-    assert "Traceback" not in error and not (tmp_path / "out").exists()
+    assert _convert(model, tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    assert "note: skipped node 'bn1' (BatchNormalization): BatchNormalization not folded: its input comes " \
+           "from node 'scale_mul' (Mul), not from a Conv/ConvTranspose" in captured.err
+    assert captured.out.splitlines()[-1].startswith(
+        "converted 1 layer (0 BatchNorm folded); skipped 2 nodes: BatchNormalization×1, Mul×1; ")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [(s["node"], s["op"], s["inputs"][0], s["outputs"]) for s in manifest["skipped"]] == \
+        [("scale_mul", "Mul", "y", ["scaled"]), ("bn1", "BatchNormalization", "scaled", ["z"])]
+    assert manifest["verification"]["network"]["status"] == "passed"
 
 
 def test_unreachable_output_shape_names_the_node(tmp_path, capsys):

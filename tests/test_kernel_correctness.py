@@ -322,6 +322,7 @@ def test_unaligned_arrays_never_reach_the_kernels(kernel_arguments_spy, algorith
     kwargs = dict(stride=2, padding=1, groups=groups)
     want = fastdeconv.conv_transpose2d(x, w, b, **kwargs, algorithm=algorithm)
     kernel_arguments_spy.clear()
+    fastdeconv.clear_weight_cache()   # the call below packs and binds afresh, through the spy
     args = {"x": x, "weight": w, "bias": b}
     out = None
     if unaligned == "out":
@@ -344,6 +345,7 @@ def test_unaligned_arrays_never_reach_the_kernels_conv2d(kernel_arguments_spy, u
     b = rng.uniform(size=8)
     want = fastdeconv.conv2d(x, w, b, padding=1)
     kernel_arguments_spy.clear()
+    fastdeconv.clear_weight_cache()   # the call below packs and binds afresh, through the spy
     args = {"x": x, "weight": w, "bias": b}
     out = _unaligned(np.zeros_like(want)) if unaligned == "out" else None
     if out is None:
@@ -372,6 +374,7 @@ def test_unaligned_arrays_never_reach_the_kernels_plan_fast_path(kernel_argument
     layer = fastdeconv.ConvTranspose2d(make_weight_t(4, 3, 3, 8, 1, np.float32, rng), stride=2)
     want = layer(x)   # the shape is now known: the next call takes the fast path
     kernel_arguments_spy.clear()
+    fastdeconv.clear_weight_cache()   # the call below packs and binds afresh, through the spy
     if unaligned == "x":
         got = layer(_unaligned(x))
     else:

@@ -16,7 +16,6 @@ import re
 import struct
 import subprocess
 import sys
-import types
 from importlib import resources
 
 import numpy as np
@@ -32,6 +31,7 @@ from fastdeconv._validate import prepare
 from fastdeconv.metal import backend as metal_backend
 from fastdeconv.metal import descriptors, executors, pyobjc_layer
 from helpers import Case, assert_close
+from test_metal_pyobjc import World
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -434,51 +434,6 @@ def test_layer_keeps_weights_and_compiled_kernels(path, monkeypatch):
 # --------------------------------------------------------------------------------------------------
 
 
-class Fake:
-    """Any attribute is a Fake; calling one records (selector, args) and returns a Fake or a stub value."""
-
-    RETURNS = {
-        "newLibraryWithSource_options_error_": lambda self, args: (Fake("library", self._log), None),
-        "newComputePipelineStateWithFunction_error_": lambda self, args: (Fake("pipeline", self._log), None),
-        "maxTotalThreadsPerThreadgroup": lambda self, args: 1024,
-        "as_buffer": lambda self, args: bytearray(args[0]),
-        "error": lambda self, args: None,
-        "respondsToSelector_": lambda self, args: True,
-    }
-
-    def __init__(self, name, log):
-        self._name, self._log = name, log
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return Fake(attr, self._log)
-
-    def __call__(self, *args):
-        self._log.append((self._name, args))
-        special = self.RETURNS.get(self._name)
-        return special(self, args) if special else Fake(f"{self._name}()", self._log)
-
-    def __getitem__(self, key):
-        return Fake("item", self._log)
-
-    def __hash__(self):
-        return id(self)
-
-
-class FakeNSObject:
-    def __init_subclass__(cls, protocols=None, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.protocols = protocols
-
-    @classmethod
-    def alloc(cls):
-        return cls()
-
-    def init(self):
-        return self
-
-
 class Tracked:
     """A read-only view of a descriptor that records which (nested) fields are read."""
 
@@ -512,19 +467,17 @@ def leaves(cls, prefix=""):
 
 
 def run_layer(descriptor, inputs):
-    log, seen = [], set()
-    fw = types.SimpleNamespace(Metal=Fake("Metal", log), MPS=Fake("MPS", log), MPSGraph=Fake("MPSGraph", log),
-                               objc=Fake("objc", log), Foundation=types.SimpleNamespace(NSObject=FakeNSObject))
-    with pyobjc_layer.use_frameworks(fw):
+    """Run the PyObjC layer on test_metal_pyobjc's fake (PyObjC's conversion rules, the selectors'
+    signatures from PyObjC's metadata); (log of (selector, args), descriptor fields read)."""
+    world, seen = World(), set()
+    with pyobjc_layer.use_frameworks(world.frameworks()):
+        w, b, x = inputs
         if isinstance(descriptor, descriptors.GraphDescriptor):
             runner = pyobjc_layer.GraphRunner(Tracked(descriptor, seen))
-            w, b, x = inputs
             runner.run(x, pyobjc_layer.resident(w), pyobjc_layer.resident(b))
         else:
-            w, b, x = inputs
-            tracked = Tracked(descriptor, seen)
-            pyobjc_layer.CnnRunner(tracked, w, b).run(x)
-    return log, seen
+            pyobjc_layer.CnnRunner(Tracked(descriptor, seen), w, b).run(x)
+    return [(name, args) for name, args, _ in world.log], seen
 
 
 def calls(log, selector):
@@ -570,8 +523,9 @@ def test_pyobjc_layer_graph_consumes_every_field():
                             (list(transpose.bias_shape), transpose.data_type, "bias")]
     casts = calls(log, "castTensor_toType_name_")
     assert [c[1] for c in casts] == [transpose.compute_data_type] * 3 + [transpose.data_type]
-    assert [c[1:] for c in calls(log, "initWithMTLBuffer_shape_dataType_")][-1] == \
-        (list(transpose.source_shape), transpose.data_type)
+    tensor_data = [c[1:] for c in calls(log, "initWithMTLBuffer_shape_dataType_")]
+    assert (list(transpose.source_shape), transpose.data_type) in tensor_data
+    assert tensor_data[-1] == (list(transpose.result_shape), transpose.data_type)      # the result's, ours
 
     forward, inputs = graph_case(Case(op="c", bias=False, dtype="float32"))
     log, s = run_layer(forward, inputs)

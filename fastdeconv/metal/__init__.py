@@ -39,7 +39,17 @@ _PATH_FRAMEWORKS = {
     "mps": ("Metal", "MetalPerformanceShadersGraph", "MetalPerformanceShaders"),
     "mps-cnn": ("Metal", "MetalPerformanceShaders"),
 }
-_MIN_MACOS = {"mps": (11, 0), "mps-cnn": (10, 13)}
+#: The oldest macOS each backend runs on: the newest "introduced" version among the selectors it
+#: calls (tests/data/pyobjc_selectors.json, from PyObjC's header scans; tests/test_metal_selectors.py
+#: checks every call against it). "mps": ``castTensor:toType:name:`` (float16 in, float32 compute) is
+#: macOS 12.0; the rest of MPSGraph is 11.0. One gate for the backend rather than a float16-only one,
+#: so that status("mps") and backend="auto" need no dtype (macOS 11 has had no security updates since
+#: 2023; PyTorch's MPS backend needs 12.3). "mps-cnn": ``encodeBatchToCommandBuffer:sourceImages:
+#: destinationImages:`` and ``synchronizeOnCommandBuffer:`` are macOS 10.13.4, MPSCNN itself 10.13.
+_MIN_MACOS = {"mps": (12, 0), "mps-cnn": (10, 13, 4)}
+#: The selector that sets each gate (named in status()'s reason).
+_GATE_SELECTOR = {"mps": "castTensor:toType:name:",
+                  "mps-cnn": "encodeBatchToCommandBuffer:sourceImages:destinationImages:"}
 
 
 @dataclass(frozen=True)
@@ -51,18 +61,25 @@ class MetalStatus:
 
 
 def _macos_version():
+    """(major, minor, patch) of this macOS, e.g. (10, 13, 4), (14, 5, 0); None if unknown."""
     release = platform.mac_ver()[0]
     try:
-        return tuple(int(part) for part in release.split(".")[:2]) if release else None
+        parts = tuple(int(part) for part in release.split(".")[:3]) if release else None
     except ValueError:
         return None
+    return None if not parts else parts + (0,) * (3 - len(parts))
+
+
+def _version_text(version) -> str:
+    """(10, 13, 4) → "10.13.4", (12, 0) → "12.0"."""
+    return ".".join(map(str, version))
 
 
 @functools.lru_cache(maxsize=None)
 def status(path: str = "mps") -> MetalStatus:
     """Availability of ``path`` ("mps" or "mps-cnn") on this machine, probed once per process.
 
-    Checks, in order: macOS; the macOS version (MPSGraph's convolution ops need 11.0, MPSCNN 10.13);
+    Checks, in order: macOS; the macOS version (:data:`_MIN_MACOS`: "mps" 12.0, "mps-cnn" 10.13.4);
     the PyObjC framework wrappers; a Metal device (``MTLCreateSystemDefaultDevice``); MPS support for
     it (``MPSSupportsMTLDevice``); not a virtual machine's "Apple Paravirtual device" unless
     ``$FASTDECONV_ALLOW_PARAVIRTUAL=1`` (GitHub documents that MPS is not supported on its arm64 macOS
@@ -73,9 +90,11 @@ def status(path: str = "mps") -> MetalStatus:
     if sys.platform != "darwin":
         return MetalStatus(False, f"Metal needs macOS; this is {platform.system() or sys.platform} ({sys.platform})")
     version = _macos_version()
-    if version is not None and version < _MIN_MACOS[path]:
-        need = ".".join(map(str, _MIN_MACOS[path]))
-        return MetalStatus(False, f"backend {path!r} needs macOS {need}+, this is macOS {platform.mac_ver()[0]}")
+    need = _MIN_MACOS[path]
+    if version is not None and version < need + (0,) * (3 - len(need)):
+        return MetalStatus(False, f"backend {path!r} needs macOS {_version_text(need)} or later "
+                                  f"({_GATE_SELECTOR[path]} is macOS {_version_text(need)}+), "
+                                  f"this is macOS {platform.mac_ver()[0]}")
     modules = {}
     for name in _PATH_FRAMEWORKS[path]:
         try:

@@ -11,7 +11,7 @@ read the same descriptor:
 
 Two paths:
 
-``backend="mps"`` → :class:`GraphDescriptor` (MPSGraph, macOS 11+). dataLayout NHWC, weightsLayout OIHW.
+``backend="mps"`` → :class:`GraphDescriptor` (MPSGraph, macOS 12.0+). dataLayout NHWC, weightsLayout OIHW.
 Both of fastdeconv's weight layouts are the *forward* convolution's OHWI weight
 (conv2d: (C_out, kH, kW, C_in/g); conv_transpose2d: (C_in, kH, kW, C_out/g), whose forward
 convolution maps C_out → C_in), so both become OIHW with ``w.transpose(0, 3, 1, 2)``. Apple's
@@ -20,7 +20,7 @@ gradient with respect to input image" and reads the weights as that forward conv
 which is fastdeconv's convention — no rotation. PyTorch feeds MPSGraph OIHW weights with NHWC data
 the same way (``aten/src/ATen/native/mps/operations/Convolution.mm``, ``fill_conv_desc``).
 
-``backend="mps-cnn"`` → :class:`CnnDescriptor` (MPSCNN, macOS 10.13+): MPSCNNConvolutionTranspose with
+``backend="mps-cnn"`` → :class:`CnnDescriptor` (MPSCNN, macOS 10.13.4+): MPSCNNConvolutionTranspose with
 ``fastdeconv.weights.to_mpscnn_transpose`` weights and ``mpscnn_transpose_params`` offsets
 (conv2d: MPSCNNConvolution with the weights as given), or — for what MPSCNN cannot express —
 fastdeconv's own direct kernel from ``conv_transpose.metal`` (:class:`DirectKernelDescriptor`).

@@ -2,44 +2,53 @@
 
 Nothing here decides anything: every number comes from the descriptor. Apple's frameworks are
 imported on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a
-recording fake with :func:`use_frameworks` to check that every descriptor field reaches a Metal call.
+fake of PyObjC with :func:`use_frameworks` (tests/test_metal_pyobjc.py: it records every call and
+applies PyObjC's conversion rules) to check that every descriptor field reaches a Metal call.
 
-Selectors used (Apple headers; PyObjC spells ``a:b:c:`` as ``a_b_c_``):
+Every Objective-C call made here (PyObjC spells ``a:b:c:`` as ``a_b_c_``), and every method the
+MPSCNN data source implements, is listed with its PyObjC signature and the macOS version that
+introduced it in ``tests/data/pyobjc_selectors.json``, extracted from PyObjC's own metadata by
+``scripts/extract_pyobjc_selectors.py``; ``tests/test_metal_selectors.py`` re-reads this file and fails
+on a call that is not in the table, has the wrong number of arguments, or needs a newer macOS than
+its backend's gate (:data:`fastdeconv.metal._MIN_MACOS`). In short:
 
-Metal — ``MTLCreateSystemDefaultDevice``, ``-newCommandQueue``, ``-newBufferWithLength:options:``
-(MTLResourceStorageModeShared = 0) + ``-contents`` (PyObjC: ``.as_buffer(n)``),
-``-newLibraryWithSource:options:error:``, ``-newFunctionWithName:``,
-``-newComputePipelineStateWithFunction:error:``, ``-commandBuffer``, ``-computeCommandEncoder``,
-``-setComputePipelineState:``, ``-setBuffer:offset:atIndex:``, ``-setBytes:length:atIndex:``,
-``-dispatchThreadgroups:threadsPerThreadgroup:``, ``-endEncoding``, ``-commit``,
-``-waitUntilCompleted``, ``-error``.
+* Metal (macOS 10.11+): device, command queue, shared MTLBuffers (``-contents``, an ``objc.varlist``:
+  ``.as_buffer(n)``), the library/pipeline of ``conv_transpose.metal``, command buffers, compute and
+  blit encoders (``synchronizeResource:`` for a managed buffer the CPU reads).
+* MPSGraph (macOS 11.0, ``castTensor:toType:name:`` 12.0): placeholders, casts, the convolution ops,
+  ``padTensor:…``, ``additionWithPrimaryTensor:…``, ``constantWithScalar:…``, and
+  ``runWithMTLCommandQueue:feeds:targetOperations:resultsDictionary:`` with the result written into
+  a shared MTLBuffer of ours.
+* MPSCNN (macOS 10.13; ``encodeBatchToCommandBuffer:sourceImages:destinationImages:``,
+  ``synchronizeOnCommandBuffer:`` and ``setAccumulatorPrecisionOption:`` 10.13.4): convolution
+  descriptors, ``initWithDevice:weights:`` with a Python MPSCNNConvolutionDataSource, kernel
+  properties, MPSImages written/read with ``writeBytes:``/``readBytes:dataLayout:imageIndex:``.
 
-MPSGraph (MPSGraph.h, MPSGraphConvolutionOps.h, MPSGraphConvolutionTransposeOps.h,
-MPSGraphArithmeticOps.h, MPSGraphTensorShapeOps.h; macOS 11+) — ``placeholderWithShape:dataType:name:``,
-``castTensor:toType:name:``, ``+[MPSGraphConvolution2DOpDescriptor descriptorWithStrideInX:strideInY:
-dilationRateInX:dilationRateInY:groups:paddingLeft:paddingRight:paddingTop:paddingBottom:paddingStyle:
-dataLayout:weightsLayout:]``, ``convolution2DWithSourceTensor:weightsTensor:descriptor:name:``,
-``convolutionTranspose2DWithSourceTensor:weightsTensor:outputShape:descriptor:name:``,
-``padTensor:withPaddingMode:leftPadding:rightPadding:constantValue:name:``,
-``additionWithPrimaryTensor:secondaryTensor:name:``, ``constantWithScalar:shape:dataType:``,
-``runWithMTLCommandQueue:feeds:targetTensors:targetOperations:`` (→ {tensor: MPSGraphTensorData}),
-``-[MPSGraphTensorData initWithMTLBuffer:shape:dataType:]``, ``-mpsndarray``,
-``-[MPSNDArray readBytes:strideBytes:]``.
+How PyObjC converts what crosses the bridge here (pyobjc-core 13.0's C source; file names under
+``pyobjc-core/Modules/objc/``):
 
-MPSCNN (MPSCNNConvolution.h, MPSImage.h; macOS 10.13+) — ``+[MPSCNNConvolutionDescriptor
-(or MPSCNNDepthWiseConvolutionDescriptor) cnnConvolutionDescriptorWithKernelWidth:kernelHeight:inputFeatureChannels:outputFeatureChannels:]``,
-``setStrideInPixelsX:``/``Y``, ``setDilationRateX:``/``Y``, ``setGroups:``;
-``-[MPSCNNConvolution(Transpose) initWithDevice:weights:]`` with an MPSCNNConvolutionDataSource
-(``dataType``, ``descriptor``, ``weights``, ``biasTerms``, ``load``, ``purge``, ``label``,
-``weightsLayout``, ``copyWithZone:``); ``setOffset:`` (MPSOffset), ``setEdgeMode:``,
-``setKernelOffsetX:``/``Y``, ``setAccumulatorPrecisionOption:`` (macOS 10.14+);
-``+[MPSImageDescriptor imageDescriptorWithChannelFormat:width:height:featureChannels:]``,
-``-[MPSImage initWithDevice:imageDescriptor:]``, ``writeBytes:dataLayout:imageIndex:``,
-``readBytes:dataLayout:imageIndex:``; ``encodeBatchToCommandBuffer:sourceImages:destinationImages:``.
+* A Python method's return value for a pointer type marked ``c_array_of_variable_length`` is turned
+  into a tuple (``PySequence_Tuple``: TypeError "Sequence required" otherwise) and each item converted
+  with the element type into an autoreleased NSMutableData (``libffi_support.m``, the method stub's
+  ``PyObjC_kVariableLengthArray`` case → ``objc_support.m`` ``depythonify_c_return_array_count``);
+  ``objc.NULL`` becomes NULL. ``void`` elements have no converter ("depythonifying unknown typespec
+  0x76"), so MPS's metadata for ``-weights`` (a variable-length ``^v``) can never be served: see
+  :func:`data_source_class` for the override. A variable-length ``^f`` (``-biasTerms``) works.
+* A plain ``^v`` (no array flag) converts from a Python int, the address (``objc_support.m``,
+  ``depythonify_c_value``, case ``_C_PTR`` with ``type[1] == _C_VOID``); None becomes NULL.
+* An output array argument (``type_modifier`` ``o``, variable length: ``readBytes:dataLayout:
+  imageIndex:``) needs a buffer object (``libffi_support.m``: "Need explicit buffer for
+  variable-length array output argument"); a read-only one is silently copied and the copy written
+  (``objc_util.m``, ``PyObjC_PythonToCArray``), so it must be a writable C-contiguous array.
+* An input array (``n``: ``writeBytes:…``, ``setBytes:length:atIndex:``) is read through the buffer
+  protocol, C-contiguous (``PyObjC_PythonToCArray``); with ``c_array_length_in_arg`` its byte size
+  must equal that argument.
+* An ``o`` ``^@`` error argument is passed as None and comes back as the second item of a tuple
+  (``newLibraryWithSource:options:error:``).
 
-Unverified here ([U], see README): PyObjC's conversion of a numpy array returned from the Python
-``weights``/``biasTerms`` methods to ``void *``/``float *`` (the arrays are kept alive by the
-data source, so the pointer stays valid), and of the list/dict arguments above.
+Not verified without a Mac: that PyObjC applies these rules at run time as read here, and the ``@``
+arguments given as Python lists and dicts (``MPSShape`` lists, the feeds and results dictionaries),
+which PyObjC bridges as NSArray/NSDictionary proxies (tests/test_metal_device.py runs all of it).
 """
 
 from __future__ import annotations
@@ -60,7 +69,8 @@ from .descriptors import (
     DirectKernelDescriptor,
 )
 
-STORAGE_MODE_SHARED = 0                 # MTLResourceStorageModeShared
+STORAGE_MODE_SHARED = 0                 # MTLResourceStorageModeShared (MTLResourceOptions)
+MTL_STORAGE_MODE_MANAGED = 1            # MTLStorageModeManaged (-[MTLResource storageMode]), macOS only
 MPS_DATA_TYPE_FLOAT32 = MPS_DATA_TYPE[np.dtype(np.float32)]
 MSL_SOURCE = "conv_transpose.metal"
 
@@ -125,12 +135,19 @@ class MetalContext:
             self._pipelines[function] = state
         return self._pipelines[function]
 
+    def new_buffer(self, nbytes: int):
+        """An uninitialised shared MTLBuffer of ``nbytes`` (at least 1: Metal has no empty buffer)."""
+        buf = self.device.newBufferWithLength_options_(max(int(nbytes), 1), STORAGE_MODE_SHARED)
+        if buf is None:
+            raise RuntimeError(f"newBufferWithLength:{nbytes} options:StorageModeShared failed")
+        return buf
+
     def buffer(self, array: np.ndarray):
         """A shared MTLBuffer holding a copy of ``array``."""
         array = np.ascontiguousarray(array)
-        buf = self.device.newBufferWithLength_options_(max(array.nbytes, 1), STORAGE_MODE_SHARED)
-        if buf is None:
-            raise RuntimeError(f"newBufferWithLength:{array.nbytes} failed")
+        buf = self.new_buffer(array.nbytes)
+        # -contents is a variable-length ``^v`` (Metal's metadata): PyObjC returns an objc.varlist, whose
+        # as_buffer(n) is a writable memoryview of n bytes (pyobjc-core varlist.m).
         view = np.frombuffer(buf.contents().as_buffer(max(array.nbytes, 1)), dtype=np.uint8)
         view[: array.nbytes] = array.reshape(-1).view(np.uint8)
         return buf
@@ -138,6 +155,26 @@ class MetalContext:
     def read(self, buf, shape, dtype) -> np.ndarray:
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         return np.frombuffer(buf.contents().as_buffer(nbytes), dtype=dtype).reshape(shape).copy()
+
+    def synchronize_for_cpu(self, command_buffer, images=(), buffers=()):
+        """Encode, into ``command_buffer`` (before its commit), what makes the GPU's writes to
+        ``images`` (MPSImages) and ``buffers`` (MTLBuffers) visible to the CPU.
+
+        MPSImage.h: an MPSImage's texture is MTLStorageModeManaged by default on macOS, and
+        ``synchronizeOnCommandBuffer:`` is "necessary for all MTLStorageModeManaged resources" before
+        the CPU reads them (discrete GPUs keep a separate copy); on unified memory it does nothing.
+        A managed MTLBuffer needs a blit ``synchronizeResource:`` (MTLBlitCommandEncoder.h); a shared
+        one (what :meth:`buffer` makes) is coherent once the command buffer completes, so it is
+        skipped: its storage mode is asked, not assumed.
+        """
+        for image in images:
+            image.synchronizeOnCommandBuffer_(command_buffer)
+        managed = [buf for buf in buffers if int(buf.storageMode()) == MTL_STORAGE_MODE_MANAGED]
+        if managed:
+            blit = command_buffer.blitCommandEncoder()
+            for buf in managed:
+                blit.synchronizeResource_(buf)
+            blit.endEncoding()
 
     def run(self, command_buffer):
         command_buffer.commit()
@@ -159,15 +196,19 @@ def context() -> MetalContext:
 # ------------------------------------------------------------------------------------------------
 
 
+def tensor_data(buf, shape, data_type):
+    """MPSGraphTensorData over the MTLBuffer ``buf`` (no copy)."""
+    return context().fw.MPSGraph.MPSGraphTensorData.alloc().initWithMTLBuffer_shape_dataType_(
+        buf, list(shape), data_type)
+
+
 class Resident:
     """An array copied once into an MTLBuffer and wrapped as MPSGraphTensorData (e.g. a layer's weights)."""
 
     def __init__(self, array: np.ndarray):
-        ctx = context()
         self.shape, self.data_type = tuple(array.shape), MPS_DATA_TYPE[array.dtype]
-        self.buffer = ctx.buffer(array)
-        self.tensor_data = ctx.fw.MPSGraph.MPSGraphTensorData.alloc().initWithMTLBuffer_shape_dataType_(
-            self.buffer, list(self.shape), self.data_type)
+        self.buffer = context().buffer(array)
+        self.tensor_data = tensor_data(self.buffer, self.shape, self.data_type)
 
 
 def resident(array):
@@ -227,11 +268,15 @@ class GraphRunner:
         if "source" in self.placeholders:
             fed["source"] = resident(source)                  # kept alive until the run returns
         feeds = {tensor: fed[name].tensor_data for name, tensor in self.placeholders.items()}
-        results = self.graph.runWithMTLCommandQueue_feeds_targetTensors_targetOperations_(
-            ctx.queue, feeds, [self.result], None)
-        out = np.empty(descriptor.result_shape, dtype=DTYPE_OF_DATA_TYPE[descriptor.data_type])
-        results[self.result].mpsndarray().readBytes_strideBytes_(out, None)
-        return out
+        # The result is written into a shared MTLBuffer of ours (resultsDictionary), not read from an
+        # MPSNDArray that MPSGraph allocates: a shared buffer is coherent for the CPU once the
+        # (synchronous) run returns, whatever the GPU, so no synchronization is needed.
+        dtype = DTYPE_OF_DATA_TYPE[descriptor.data_type]
+        out_buffer = ctx.new_buffer(int(np.prod(descriptor.result_shape)) * dtype.itemsize)
+        out = tensor_data(out_buffer, descriptor.result_shape, descriptor.data_type)
+        self.graph.runWithMTLCommandQueue_feeds_targetOperations_resultsDictionary_(
+            ctx.queue, feeds, None, {self.result: out})
+        return ctx.read(out_buffer, descriptor.result_shape, dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,18 +291,53 @@ def _check_buffer(name, array, shape, dtype):
 
 _data_source_class = None
 
+#: The PyObjC metadata this module registers, process-wide, for ``-[<MPSCNNConvolutionDataSource> weights]``
+#: before it creates its data source class. MPS's own (MetalPerformanceShaders/_metadata.py, registered
+#: when MetalPerformanceShaders is imported) is ``{"required": True, "retval": {"type": b"^v",
+#: "c_array_of_variable_length": True}}``, a variable-length array of ``void``, which no Python value can
+#: fill (see the module docstring); without the array flag, a plain ``^v`` return takes an int address.
+WEIGHTS_METADATA = {"required": True, "retval": {"type": b"^v"}}
+
+
+def register_weights_metadata(objc):
+    """Register :data:`WEIGHTS_METADATA` for ``weights`` (idempotent; must precede the class statement).
+
+    PyObjC rules followed (pyobjc-core ``Modules/objc/``):
+
+    * ``registry.m`` ``PyObjC_FindInRegistry`` resolves the class of every registration with
+      ``objc_lookUpClass`` and skips names the runtime does not know yet; a Python class is not in the
+      runtime while its methods are being built, so a registration under its own name would be
+      skipped. The registration is therefore made on ``NSObject``, the class MPS's metadata uses for
+      protocol methods, and being the same (class, selector) key it *replaces* MPS's
+      (``PyObjC_AddToRegistry``: "if so replace that registration"): it must come after
+      ``import MetalPerformanceShaders`` (done by :func:`frameworks`).
+    * The method's stub (libffi closure) is built from the signature in force when the class is
+      created (``libffi_support.m``, the closure built per method), so it must come before the class.
+    * Process-wide: any other Python ``weights`` implementation in this process returns a plain ``^v``
+      too. Under MPS's metadata none could return data (only ``objc.NULL``, which still becomes NULL:
+      the stub tests for ``PyObjC_NULL`` before the pointer kind), so no working code is changed.
+    """
+    objc.registerMetaDataForSelector(b"NSObject", b"weights", WEIGHTS_METADATA)
+
 
 def data_source_class():
-    """FastdeconvConvolutionDataSource: an NSObject implementing MPSCNNConvolutionDataSource in Python."""
+    """FastdeconvConvolutionDataSource: an NSObject implementing MPSCNNConvolutionDataSource in Python.
+
+    Instances carry Python attributes set by :func:`make_data_source`: ``_descriptor`` (the
+    MPSCNNConvolutionDescriptor), ``_weights`` (float32 OHWI, C-contiguous), ``_bias`` (float32
+    (C_out,) or None) and ``_label``. They keep both arrays alive as long as they live, and the
+    :class:`CnnRunner` keeps the data source as long as its kernel: MPS reads the weights through the
+    returned address during ``initWithDevice:weights:`` and may ask again (``load``/``weights`` after
+    ``purge``, e.g. when weights are reloaded).
+    """
     global _data_source_class
     if _data_source_class is None:
         fw = frameworks()
         objc = fw.objc
+        register_weights_metadata(objc)
 
         class FastdeconvConvolutionDataSource(fw.Foundation.NSObject,
                                               protocols=[objc.protocolNamed("MPSCNNConvolutionDataSource")]):
-            # Python attributes set by make_data_source: _descriptor, _weights (float32 OHWI, kept alive
-            # for the pointer), _bias (float32 or None), _label.
             def dataType(self):
                 return MPS_DATA_TYPE_FLOAT32
 
@@ -265,16 +345,23 @@ def data_source_class():
                 return self._descriptor
 
             def weights(self):
-                return self._weights
+                # A plain ``^v`` under WEIGHTS_METADATA: the int address of the array this object owns
+                # (objc_support.m, depythonify_c_value: ``_C_PTR`` to ``void`` from an unsigned long).
+                return self._weights.ctypes.data
 
             def biasTerms(self):
-                return self._bias
+                # MPS's metadata: a variable-length ``^f``. objc.NULL becomes NULL (None would raise
+                # TypeError "Sequence required"); a float32 array is converted item by item (``_C_FLT``
+                # through PyNumber_Float) into an autoreleased NSMutableData (objc_support.m,
+                # depythonify_c_return_array_count), alive until the enclosing autorelease pool drains,
+                # i.e. through initWithDevice:weights:, which reads it.
+                return objc.NULL if self._bias is None else self._bias
 
             def load(self):
                 return True
 
             def purge(self):
-                pass
+                pass   # the arrays stay: MPS may load again, and they are small next to the kernel
 
             def label(self):
                 return self._label
@@ -283,7 +370,7 @@ def data_source_class():
                 return CNN_WEIGHTS_OHWI
 
             def copyWithZone_(self, zone):
-                return self
+                return self   # immutable; PyObjC retains the result of a copy… method for the caller
 
         _data_source_class = FastdeconvConvolutionDataSource
     return _data_source_class
@@ -293,7 +380,7 @@ def make_data_source(descriptor, weights: np.ndarray, bias, label: str):
     ds = data_source_class().alloc().init()
     ds._descriptor = descriptor
     ds._weights = np.ascontiguousarray(weights, dtype=np.float32)
-    ds._bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    ds._bias = None if bias is None else np.ascontiguousarray(np.ravel(bias), dtype=np.float32)
     ds._label = label
     return ds
 
@@ -357,6 +444,7 @@ class CnnRunner:
         destinations = self._images(stage.destination, stage.batch)
         command_buffer = ctx.queue.commandBuffer()
         self.kernel.encodeBatchToCommandBuffer_sourceImages_destinationImages_(command_buffer, sources, destinations)
+        ctx.synchronize_for_cpu(command_buffer, images=destinations)
         ctx.run(command_buffer)
         out_dtype = DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format]
         out = np.empty(self.descriptor.result_shape, dtype=out_dtype)
@@ -369,8 +457,7 @@ class CnnRunner:
         _check_buffer("x", x, stage.x_shape, stage.dtype)
         x_buffer = ctx.buffer(x)
         y_shape = stage.y_shape
-        y_buffer = ctx.device.newBufferWithLength_options_(
-            max(int(np.prod(y_shape)) * np.dtype(stage.dtype).itemsize, 1), STORAGE_MODE_SHARED)
+        y_buffer = ctx.new_buffer(int(np.prod(y_shape)) * np.dtype(stage.dtype).itemsize)
         params = struct.pack(f"<{len(stage.params)}i", *stage.params)
         command_buffer = ctx.queue.commandBuffer()
         command_buffer.setLabel_(f"fastdeconv {stage.function} ({stage.reason})")   # shows in GPU captures
@@ -384,5 +471,6 @@ class CnnRunner:
         encoder.dispatchThreadgroups_threadsPerThreadgroup_(Metal.MTLSizeMake(groups, 1, 1),
                                                             Metal.MTLSizeMake(width, 1, 1))
         encoder.endEncoding()
+        ctx.synchronize_for_cpu(command_buffer, buffers=[y_buffer])
         ctx.run(command_buffer)
         return ctx.read(y_buffer, y_shape, stage.dtype)

@@ -1,0 +1,14 @@
+/* A 128-bit fingerprint of a byte range (XXH3-128, vendored from xxHash: src/third_party/xxhash).
+ * The function API's packed-weight cache (fastdeconv/_weight_cache.py) is keyed by the fingerprint of
+ * the weight's bytes, so an array modified in place, or a new array at a freed one's address, is
+ * never mistaken for the weights it packed: only equal bytes give an equal key (up to the 2**-128
+ * chance of a collision between two different contents). Reads at memory speed (about 90 GB/s on
+ * one Zen 4 core from L3: 0.1 ms for 8 MiB, against 0.9 ms to pack them). */
+#ifndef FASTDECONV_FINGERPRINT_H
+#define FASTDECONV_FINGERPRINT_H
+#include <stddef.h>
+#include <stdint.h>
+
+void fd_fingerprint(const void *data, size_t bytes, uint64_t out[2]);
+
+#endif
