@@ -148,6 +148,8 @@ cdef int _requested_threads = 0   # 0: _DEFAULT_THREADS
 
 
 def _cpu_counts():
+    """(CPUs this process may run on, CPUs online): the first bounds a call's threads, the second is what
+    /proc/loadavg's running count spreads over."""
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -179,7 +181,7 @@ cdef int _participants(int threads) noexcept nogil:
 
 
 def participants(int threads):
-    """The threads a call bound to `threads` would use now (see _participants); for tests and show_config."""
+    """The threads a call bound to `threads` would use now (see _participants); for tests."""
     return _participants(threads)
 
 # Python runs signal handlers in its main thread only: Runner.run looks for them there alone.
