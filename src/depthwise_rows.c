@@ -29,7 +29,7 @@
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_<isa>. Per type and ISA: the vector (dwv) and lane-index (dwi)
  * types, lanes per vector, output pixels per register tile, and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
- *   fma(a, b, c) = a*b + c
+ *   fma(a, b, c) = a*b + c   add(a, b) = a + b
  *   index(c0, Cog)          lane l reads input channel (c0 + l)/Cog - c0/Cog of a loaded vector
  *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
  * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
@@ -49,6 +49,7 @@ DW_AVX2 __m256 fd_sdw_load_part_avx2(const float *p, ptrdiff_t n) { return _mm25
 DW_AVX2 void fd_sdw_store_avx2(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
 DW_AVX2 void fd_sdw_store_part_avx2(float *p, __m256 v, ptrdiff_t n) { _mm256_maskstore_ps(p, fd_sdw_mask_avx2(n), v); }
 DW_AVX2 __m256 fd_sdw_fma_avx2(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+DW_AVX2 __m256 fd_sdw_add_avx2(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 DW_AVX2 __m256i fd_sdw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
     int32_t lane[8];
     for (int l = 0; l < 8; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
@@ -70,6 +71,7 @@ DW_AVX2 __m256d fd_ddw_load_part_avx2(const double *p, ptrdiff_t n) { return _mm
 DW_AVX2 void fd_ddw_store_avx2(double *p, __m256d v) { _mm256_storeu_pd(p, v); }
 DW_AVX2 void fd_ddw_store_part_avx2(double *p, __m256d v, ptrdiff_t n) { _mm256_maskstore_pd(p, fd_ddw_mask_avx2(n), v); }
 DW_AVX2 __m256d fd_ddw_fma_avx2(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
+DW_AVX2 __m256d fd_ddw_add_avx2(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
 /* AVX2 has no lane-crossing variable permute of doubles: each double moves as two floats. */
 DW_AVX2 __m256i fd_ddw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
     int32_t lane[8];
@@ -85,7 +87,7 @@ DW_AVX2 __m256d fd_ddw_expand_avx2(const double *p, ptrdiff_t n, __m256i idx) {
 
 typedef __m512 fd_sdwv_avx512;
 typedef __m512i fd_sdwi_avx512;
-enum { fd_sdw_lanes_avx512 = 16, fd_sdw_tile_avx512 = 8 };
+enum { fd_sdw_lanes_avx512 = 16, fd_sdw_tile_avx512 = 16 };
 DW_AVX512 __mmask16 fd_sdw_mask_avx512(ptrdiff_t n) { return (__mmask16)((1u << n) - 1u); }
 DW_AVX512 __m512 fd_sdw_zero_avx512(void) { return _mm512_setzero_ps(); }
 DW_AVX512 __m512 fd_sdw_load_avx512(const float *p) { return _mm512_loadu_ps(p); }
@@ -93,6 +95,7 @@ DW_AVX512 __m512 fd_sdw_load_part_avx512(const float *p, ptrdiff_t n) { return _
 DW_AVX512 void fd_sdw_store_avx512(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
 DW_AVX512 void fd_sdw_store_part_avx512(float *p, __m512 v, ptrdiff_t n) { _mm512_mask_storeu_ps(p, fd_sdw_mask_avx512(n), v); }
 DW_AVX512 __m512 fd_sdw_fma_avx512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+DW_AVX512 __m512 fd_sdw_add_avx512(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 DW_AVX512 __m512i fd_sdw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
     int32_t lane[16];
     for (int l = 0; l < 16; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
@@ -112,6 +115,7 @@ DW_AVX512 __m512d fd_ddw_load_part_avx512(const double *p, ptrdiff_t n) { return
 DW_AVX512 void fd_ddw_store_avx512(double *p, __m512d v) { _mm512_storeu_pd(p, v); }
 DW_AVX512 void fd_ddw_store_part_avx512(double *p, __m512d v, ptrdiff_t n) { _mm512_mask_storeu_pd(p, fd_ddw_mask_avx512(n), v); }
 DW_AVX512 __m512d fd_ddw_fma_avx512(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+DW_AVX512 __m512d fd_ddw_add_avx512(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
 DW_AVX512 __m512i fd_ddw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
     long long lane[8];
     for (int l = 0; l < 8; l++) lane[l] = (long long)((c0 + l) / cog - c0 / cog);
@@ -123,20 +127,25 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 #undef DW_AVX2
 #undef DW_AVX512
 
+/* FD_DW_KEEP(v): v stays in a vector register (an empty asm the compiler cannot see through). */
 #define FD_DW_SIMD 1
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
+#define FD_DW_KEEP(v) __asm__("" : "+x"(v))
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
+#undef FD_DW_KEEP
 
 /* The AVX-512 clones may use more than the GEMM's AVX-512 kernels (vl, bw, dq): dispatch checks
  * their own list (depthwise_avx512_ok). */
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
 #define FD_ISA avx512
+#define FD_DW_KEEP(v) __asm__("" : "+v"(v))
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
+#undef FD_DW_KEEP
 #undef FD_DW_SIMD
 #else
 #define FD_HAVE_X86_CLONES 0

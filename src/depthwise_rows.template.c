@@ -106,13 +106,14 @@ DW_INLINE DW_VEC FD_ISA_FN(dw_w)(const int FULL, const FD_REAL *p, const FD_ISA_
     return FULL ? FD_ISA_FN(dw_load)(p + b->c0) : FD_ISA_FN(dw_load_part)(p + b->c0, b->lanes);
 }
 
-/* OXB output pixels [ox0, ox0 + OXB) of row oy, every horizontal tap inside the image. KWC, SWC:
- * the kernel width and stride as constants, dilation 1 (input vectors shared by the taps that read
- * them), or 0: any kernel, stride and dilation (one input load per tap and pixel). */
-DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int OXB, const int MULT, const int FULL,
-                                       const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,
-                                       ptrdiff_t ox0, const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
-                                       DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
+/* OXB output pixels [ox0, ox0 + OXB) of row oy. KWC, SWC: the kernel width and stride as
+ * constants, dilation 1 (each input vector is loaded once and shared by the taps that read it), or
+ * 0: any kernel, stride and dilation (one input load per tap and pixel). CHECK: some horizontal
+ * taps may fall outside the image (they read zero); else none does. */
+DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int OXB, const int CHECK, const int MULT,
+                                       const int FULL, const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image,
+                                       ptrdiff_t oy, ptrdiff_t ox0, const FD_ISA_FN(dw_block) *b,
+                                       const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t kH = geo->kernel_h, kW = KWC ? KWC : geo->kernel_w;
@@ -125,25 +126,38 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
     for (j = 0; j < OXB; j++) acc[j] = bias_v;
     for (ptrdiff_t ky = 0; ky < kH; ky++) {
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
-        const FD_REAL *row = iy >= 0 && iy < H ? x_image + (iy * W + ix0) * Cin : NULL;
         const FD_REAL *w_row = wr + ky * kW * C;
+        if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+#pragma GCC unroll 16
+                for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
+            }
+            continue;
+        }
+        const FD_REAL *x_row = x_image + iy * W * Cin;
         if (KWC) {
             DW_VEC w[8];
             int i, kx;
 #pragma GCC unroll 8
             for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
-            if (row == NULL) {
-#pragma GCC unroll 8
-                for (kx = 0; kx < KWC; kx++)
-#pragma GCC unroll 16
-                    for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w[kx], acc[j]);
-                continue;
-            }
-            /* input column i of the tile serves output pixel j = (i - kx)/SWC through tap kx */
+            const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
+            /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
 #pragma GCC unroll 64
             for (i = 0; i < (OXB - 1) * SWC + KWC; i++) {
-                const DW_VEC xv = FD_ISA_FN(dw_x)(MULT, FULL, row, b);
-                row += Cin;
+                DW_VEC xv;
+                if (CHECK) {
+                    const ptrdiff_t ix = ix0 + i;
+                    xv = ix >= 0 && ix < W ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin, b) : zero;
+                } else {
+                    /* one load per column kept in a register, and one pointer stepping along the
+                       columns: GCC otherwise reloads xv into every FMA from an offset register of
+                       its own and spills them */
+                    xv = FD_ISA_FN(dw_x)(MULT, FULL, x_col, b);
+                    FD_DW_KEEP(xv);
+                    x_col += Cin;
+                    __asm__("" : "+r"(x_col));
+                }
 #pragma GCC unroll 8
                 for (kx = 0; kx < KWC; kx++) {
                     const int d = i - kx;
@@ -154,11 +168,13 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
         } else {
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
                 const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
-                const FD_REAL *x_tap = row ? row + kx * dW * Cin : NULL;
 #pragma GCC unroll 16
-                for (j = 0; j < OXB; j++)
-                    acc[j] = FD_ISA_FN(dw_fma)(x_tap ? FD_ISA_FN(dw_x)(MULT, FULL, x_tap + j * sW * Cin, b) : zero, w,
-                                               acc[j]);
+                for (j = 0; j < OXB; j++) {
+                    const ptrdiff_t ix = ix0 + j * sW + kx * dW;
+                    const DW_VEC xv = !CHECK || (ix >= 0 && ix < W) ? FD_ISA_FN(dw_x)(MULT, FULL, x_row + ix * Cin, b)
+                                                                    : zero;
+                    acc[j] = FD_ISA_FN(dw_fma)(xv, w, acc[j]);
+                }
             }
         }
     }
@@ -180,7 +196,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
     const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
-    DW_VEC acc = bias_v;
+    DW_VEC acc = bias_v, acc_odd = zero;   /* two chains of FMAs (one is latency-bound) */
     for (ptrdiff_t ky = 0; ky < kH; ky++) {
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
         const int row_inside = iy >= 0 && iy < H;
@@ -189,34 +205,51 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
             const DW_VEC w = FD_ISA_FN(dw_w)(FULL, wr + (ky * kW + kx) * C, b);
             const DW_VEC xv = row_inside && ix >= 0 && ix < W
                                   ? FD_ISA_FN(dw_x)(MULT, FULL, x_image + (iy * W + ix) * Cin, b) : zero;
-            acc = FD_ISA_FN(dw_fma)(xv, w, acc);
+            if (kx & 1) acc_odd = FD_ISA_FN(dw_fma)(xv, w, acc_odd);
+            else acc = FD_ISA_FN(dw_fma)(xv, w, acc);
         }
     }
+    acc = FD_ISA_FN(dw_add)(acc, acc_odd);
     if (FULL) FD_ISA_FN(dw_store)(y_row + ox * C + b->c0, acc);
     else FD_ISA_FN(dw_store_part)(y_row + ox * C + b->c0, acc, b->lanes);
 }
 
-/* Output row oy, one channel block, pixels [ox_begin, ox_end): those in [ox_lo, ox_hi) have every
- * horizontal tap inside the image and go by tiles (a last tile that would pass ox_end or ox_hi is
- * moved left, recomputing a few pixels of this row with the same result); the others one by one. */
+/* Output row oy, one channel block, pixels [ox_begin, ox_end) (at least a tile wide unless the row
+ * is narrower): tiles of DW_TILE pixels where every horizontal tap falls inside the image
+ * (columns [ox_lo, ox_hi)); elsewhere checked tiles of DW_TILE/2 or DW_TILE/4 pixels, the last one
+ * moved left to end at ox_end (recomputing a few pixels of this row, with the same result). Rows
+ * narrower than DW_TILE/4 go pixel by pixel. */
 DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const int MULT, const int FULL,
                                             const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,
                                             ptrdiff_t ox_begin, ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
                                             const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
                                             DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
 {
-    const ptrdiff_t tiles_end = ox_end < ox_hi ? ox_end : ox_hi;
-    const int tiles = tiles_end - ox_lo >= DW_TILE;
-    for (ptrdiff_t ox = ox_begin; ox < ox_end;) {
-        if (tiles && ox >= ox_lo && ox < tiles_end) {
-            const ptrdiff_t start = ox + DW_TILE <= tiles_end ? ox : tiles_end - DW_TILE;
-            FD_ISA_FN(conv_dw_tile)(KWC, SWC, DW_TILE, MULT, FULL, geo, x_image, oy, start, b, wr, bias_v, y_row);
-            ox = start + DW_TILE;
-        } else {
+    enum { HALF = DW_TILE / 2, QUARTER = DW_TILE / 4 };
+#define DW_TILE_AT(OXB, CHECK, at) \
+    FD_ISA_FN(conv_dw_tile)(KWC, SWC, OXB, CHECK, MULT, FULL, geo, x_image, oy, at, b, wr, bias_v, y_row)
+    if (geo->out_w < QUARTER) {
+        for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)
             FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, b, wr, bias_v, y_row);
-            ox++;
+        return;
+    }
+    for (ptrdiff_t ox = ox_begin; ox < ox_end;) {
+        const ptrdiff_t left = ox_end - ox;
+        if (left >= DW_TILE && ox >= ox_lo && ox + DW_TILE <= ox_hi) {
+            DW_TILE_AT(DW_TILE, 0, ox);
+            ox += DW_TILE;
+        } else if (geo->out_w >= HALF) {
+            const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;
+            if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, 0, at);
+            else DW_TILE_AT(HALF, 1, at);
+            ox = at + HALF;
+        } else {
+            const ptrdiff_t at = left >= QUARTER ? ox : ox_end - QUARTER;
+            DW_TILE_AT(QUARTER, 1, at);
+            ox = at + QUARTER;
         }
     }
+#undef DW_TILE_AT
 }
 
 DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MULT, const fd_geometry *geo,
@@ -237,9 +270,9 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
             const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
             FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
                                          bias_v, y_row);
-        } else {
+        } else {   /* the last, partial vector: the generic tile only (code size) */
             const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load_part)(bias + c0, b.lanes) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+            FD_ISA_FN(conv_dw_block_row)(0, 0, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
                                          bias_v, y_row);
         }
     }
@@ -268,12 +301,14 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
     const ptrdiff_t fit = DW_STRIP_BYTES / row_bytes - (kW - 1) * dW;
     ptrdiff_t strip = fit > 0 ? fit / sW / DW_TILE * DW_TILE : 0;
     if (strip < DW_TILE) strip = DW_TILE;
+    /* the tiles specialised for a shape take whole vectors of channels without a multiplier; any
+       other block the generic tile (fewer copies of the tile: the AVX-512 float clone is ~150 KB) */
     const int mult = C != Cin;
-    const int shape = dW != 1 ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0) : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
-    /* strips start at ox_lo + k*strip (the first one at 0), so that only the last can hold fewer
-       interior pixels than a tile (its tile then moves left into the previous strip) */
+    const int shape = dW != 1 || mult ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
+                                      : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
+    /* a last strip narrower than a tile joins the one before */
     for (ptrdiff_t ox_begin = 0, ox_end; ox_begin < Wo; ox_begin = ox_end) {
-        ox_end = Wo - ox_lo > strip && ox_begin < Wo - strip ? (ox_begin < ox_lo ? ox_lo : ox_begin) + strip : Wo;
+        ox_end = Wo - ox_begin >= strip + DW_TILE ? ox_begin + strip : Wo;
         for (ptrdiff_t r = row_begin; r < row_end; r++) {   /* r = n*Ho + oy */
             const FD_REAL *x_image = x + (r / Ho) * H * W * Cin;
             const ptrdiff_t oy = r % Ho;
@@ -282,13 +317,9 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
 #define DW_ROW(KWC, SWC, MULT) \
     FD_ISA_FN(conv_dw_row)(KWC, SWC, MULT, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, wr, bias, y_row)
             case 2: DW_ROW(3, 1, 0); break;
-            case 3: DW_ROW(3, 1, 1); break;
             case 4: DW_ROW(3, 2, 0); break;
-            case 5: DW_ROW(3, 2, 1); break;
             case 6: DW_ROW(5, 1, 0); break;
-            case 7: DW_ROW(5, 1, 1); break;
             case 8: DW_ROW(5, 2, 0); break;
-            case 9: DW_ROW(5, 2, 1); break;
             case 1: DW_ROW(0, 0, 1); break;
             default: DW_ROW(0, 0, 0); break;
 #undef DW_ROW
