@@ -114,9 +114,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
 
     with x taken as zero outside the image, and
     ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``.
-    padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is "im2col"
-    (the CPU's only one today) or None. Other arguments, and the packed-weight cache, as
-    :func:`conv_transpose2d`.
+    padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is None (chosen per
+    layer), "im2col" or "depthwise" (groups == C_in only). Other arguments, and the packed-weight
+    cache, as :func:`conv_transpose2d`.
     """
     layer = _cached_layer(Conv2d, weight, bias, (stride, padding, dilation, groups), algorithm, backend, out)
     if layer is not None:

@@ -194,7 +194,7 @@ class Conv2d(_Layer):
     arguments of :func:`fastdeconv.conv2d` (weight (C_out, kH, kW, C_in // groups), MPSCNN's OHWI);
     ``layer(x, out=None)`` returns ``conv2d(x, weight, bias, ..., out=out)``, with the weights packed
     once (the function packs them on the first call of each weight array's contents, see
-    :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` ("im2col") and ``backend`` as
+    :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` ("im2col", "depthwise") and ``backend`` as
     :class:`ConvTranspose2d`. Calls are thread-safe; the layer keeps private copies of its arrays.
     """
 

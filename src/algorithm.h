@@ -199,8 +199,12 @@ static inline void fd_phase_taps(ptrdiff_t stride, ptrdiff_t kernel, ptrdiff_t d
 /* The descriptor of the algorithm `name`, from its template's functions: name##_unsupported,
  * name##_workspace and name##_tasks (functions, or #defines naming a shared rule above), and per
  * type FD_FN(name##_pack) and FD_FN(name##_run). */
-#define FD_DEFINE_ALGORITHM(name, is_transposed)                                                             \
-    const fd_algorithm fd_algorithm_##name = {#name,                                                         \
+#define FD_DEFINE_ALGORITHM(name, is_transposed) FD_DEFINE_NAMED_ALGORITHM(name, #name, is_transposed)
+
+/* The same, listed under another name: names are per kind (a convolution and a transposed
+ * convolution may share one), C symbols are not. */
+#define FD_DEFINE_NAMED_ALGORITHM(name, listed_name, is_transposed)                                          \
+    const fd_algorithm fd_algorithm_##name = {listed_name,                                                   \
                                               is_transposed,                                                 \
                                               name##_unsupported,                                            \
                                               {fd_s##name##_pack, fd_d##name##_pack},                        \

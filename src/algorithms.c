@@ -24,10 +24,15 @@
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
+#define FD_TEMPLATE "conv_depthwise.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
 const fd_algorithm *const fd_algorithms[] = {
     &fd_algorithm_col2im,    /* GEMM into a column buffer, then scatter-add: any layer */
     &fd_algorithm_phase,     /* one dense GEMM per stride phase, every output written once */
     &fd_algorithm_depthwise, /* direct kernel over channels, one input channel per group */
     &fd_algorithm_im2col,    /* convolution: indirect GEMM over an im2col indirection buffer */
+    &fd_algorithm_conv_depthwise, /* convolution, listed as "depthwise": direct kernel, C_in/groups = 1 */
 };
 const int fd_algorithm_count = (int)(sizeof(fd_algorithms) / sizeof(fd_algorithms[0]));

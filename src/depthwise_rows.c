@@ -1,8 +1,9 @@
-/* The depthwise microkernel (the rows of a depthwise transposed convolution), float and double,
- * compiled once per ISA (portable, AVX2, AVX-512 through function target attributes, never -march)
- * and dispatched at run time by the same ISA choice as the GEMM (fd_gemm_get_isa), so
- * FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See depthwise_rows.template.c; the
- * algorithm around it is deconv_depthwise.template.c. */
+/* The depthwise microkernels (the rows of a depthwise transposed convolution, and of a depthwise
+ * convolution), float and double, compiled once per ISA (portable, AVX2, AVX-512 through function
+ * target attributes, never -march) and dispatched at run time by the same ISA choice as the GEMM
+ * (fd_gemm_get_isa), so FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See
+ * depthwise_rows.template.c; the algorithms around them are deconv_depthwise.template.c and
+ * conv_depthwise.template.c. */
 #include "conv_geometry.h"
 #include "templating.h"
 #include "gemm_internal.h"
@@ -14,31 +15,143 @@
 
 #define FD_TARGET
 #define FD_ISA portable
+#define FD_DW_SIMD 0
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
+#undef FD_DW_SIMD
 
 #if FD_GEMM_X86_SIMD
 #define FD_HAVE_X86_CLONES 1
+#include <immintrin.h>
+
+/* The vector helpers of the convolution kernel's SIMD clones (FD_DW_SIMD in the template), named
+ * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_<isa>. Per type and ISA: the vector (dwv) and lane-index (dwi)
+ * types, lanes per vector, output pixels per register tile, and
+ *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
+ *   fma(a, b, c) = a*b + c   add(a, b) = a + b
+ *   index(c0, Cog)          lane l reads input channel (c0 + l)/Cog - c0/Cog of a loaded vector
+ *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
+ * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
+ * registers (16 on AVX2, 32 on AVX-512). */
+#define DW_AVX2 static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES)
+#define DW_AVX512 static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
+
+typedef __m256 fd_sdwv_avx2;
+typedef __m256i fd_sdwi_avx2;
+enum { fd_sdw_lanes_avx2 = 8, fd_sdw_tile_avx2 = 8 };
+DW_AVX2 __m256i fd_sdw_mask_avx2(ptrdiff_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+DW_AVX2 __m256 fd_sdw_zero_avx2(void) { return _mm256_setzero_ps(); }
+DW_AVX2 __m256 fd_sdw_load_avx2(const float *p) { return _mm256_loadu_ps(p); }
+DW_AVX2 __m256 fd_sdw_load_part_avx2(const float *p, ptrdiff_t n) { return _mm256_maskload_ps(p, fd_sdw_mask_avx2(n)); }
+DW_AVX2 void fd_sdw_store_avx2(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
+DW_AVX2 void fd_sdw_store_part_avx2(float *p, __m256 v, ptrdiff_t n) { _mm256_maskstore_ps(p, fd_sdw_mask_avx2(n), v); }
+DW_AVX2 __m256 fd_sdw_fma_avx2(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+DW_AVX2 __m256 fd_sdw_add_avx2(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+DW_AVX2 __m256i fd_sdw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
+    int32_t lane[8];
+    for (int l = 0; l < 8; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
+    return _mm256_loadu_si256((const __m256i *)lane);
+}
+DW_AVX2 __m256 fd_sdw_expand_avx2(const float *p, ptrdiff_t n, __m256i idx) {
+    return _mm256_permutevar8x32_ps(fd_sdw_load_part_avx2(p, n), idx);
+}
+
+typedef __m256d fd_ddwv_avx2;
+typedef __m256i fd_ddwi_avx2;
+enum { fd_ddw_lanes_avx2 = 4, fd_ddw_tile_avx2 = 8 };
+DW_AVX2 __m256i fd_ddw_mask_avx2(ptrdiff_t n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x((long long)n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+DW_AVX2 __m256d fd_ddw_zero_avx2(void) { return _mm256_setzero_pd(); }
+DW_AVX2 __m256d fd_ddw_load_avx2(const double *p) { return _mm256_loadu_pd(p); }
+DW_AVX2 __m256d fd_ddw_load_part_avx2(const double *p, ptrdiff_t n) { return _mm256_maskload_pd(p, fd_ddw_mask_avx2(n)); }
+DW_AVX2 void fd_ddw_store_avx2(double *p, __m256d v) { _mm256_storeu_pd(p, v); }
+DW_AVX2 void fd_ddw_store_part_avx2(double *p, __m256d v, ptrdiff_t n) { _mm256_maskstore_pd(p, fd_ddw_mask_avx2(n), v); }
+DW_AVX2 __m256d fd_ddw_fma_avx2(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
+DW_AVX2 __m256d fd_ddw_add_avx2(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
+/* AVX2 has no lane-crossing variable permute of doubles: each double moves as two floats. */
+DW_AVX2 __m256i fd_ddw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
+    int32_t lane[8];
+    for (int l = 0; l < 4; l++) {
+        lane[2 * l] = (int32_t)(2 * ((c0 + l) / cog - c0 / cog));
+        lane[2 * l + 1] = lane[2 * l] + 1;
+    }
+    return _mm256_loadu_si256((const __m256i *)lane);
+}
+DW_AVX2 __m256d fd_ddw_expand_avx2(const double *p, ptrdiff_t n, __m256i idx) {
+    return _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(fd_ddw_load_part_avx2(p, n)), idx));
+}
+
+typedef __m512 fd_sdwv_avx512;
+typedef __m512i fd_sdwi_avx512;
+enum { fd_sdw_lanes_avx512 = 16, fd_sdw_tile_avx512 = 16 };
+DW_AVX512 __mmask16 fd_sdw_mask_avx512(ptrdiff_t n) { return (__mmask16)((1u << n) - 1u); }
+DW_AVX512 __m512 fd_sdw_zero_avx512(void) { return _mm512_setzero_ps(); }
+DW_AVX512 __m512 fd_sdw_load_avx512(const float *p) { return _mm512_loadu_ps(p); }
+DW_AVX512 __m512 fd_sdw_load_part_avx512(const float *p, ptrdiff_t n) { return _mm512_maskz_loadu_ps(fd_sdw_mask_avx512(n), p); }
+DW_AVX512 void fd_sdw_store_avx512(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
+DW_AVX512 void fd_sdw_store_part_avx512(float *p, __m512 v, ptrdiff_t n) { _mm512_mask_storeu_ps(p, fd_sdw_mask_avx512(n), v); }
+DW_AVX512 __m512 fd_sdw_fma_avx512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+DW_AVX512 __m512 fd_sdw_add_avx512(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+DW_AVX512 __m512i fd_sdw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
+    int32_t lane[16];
+    for (int l = 0; l < 16; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
+    return _mm512_loadu_si512(lane);
+}
+DW_AVX512 __m512 fd_sdw_expand_avx512(const float *p, ptrdiff_t n, __m512i idx) {
+    return _mm512_permutexvar_ps(idx, fd_sdw_load_part_avx512(p, n));
+}
+
+typedef __m512d fd_ddwv_avx512;
+typedef __m512i fd_ddwi_avx512;
+enum { fd_ddw_lanes_avx512 = 8, fd_ddw_tile_avx512 = 8 };
+DW_AVX512 __mmask8 fd_ddw_mask_avx512(ptrdiff_t n) { return (__mmask8)((1u << n) - 1u); }
+DW_AVX512 __m512d fd_ddw_zero_avx512(void) { return _mm512_setzero_pd(); }
+DW_AVX512 __m512d fd_ddw_load_avx512(const double *p) { return _mm512_loadu_pd(p); }
+DW_AVX512 __m512d fd_ddw_load_part_avx512(const double *p, ptrdiff_t n) { return _mm512_maskz_loadu_pd(fd_ddw_mask_avx512(n), p); }
+DW_AVX512 void fd_ddw_store_avx512(double *p, __m512d v) { _mm512_storeu_pd(p, v); }
+DW_AVX512 void fd_ddw_store_part_avx512(double *p, __m512d v, ptrdiff_t n) { _mm512_mask_storeu_pd(p, fd_ddw_mask_avx512(n), v); }
+DW_AVX512 __m512d fd_ddw_fma_avx512(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+DW_AVX512 __m512d fd_ddw_add_avx512(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+DW_AVX512 __m512i fd_ddw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
+    long long lane[8];
+    for (int l = 0; l < 8; l++) lane[l] = (long long)((c0 + l) / cog - c0 / cog);
+    return _mm512_loadu_si512(lane);
+}
+DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx) {
+    return _mm512_permutexvar_pd(idx, fd_ddw_load_part_avx512(p, n));
+}
+#undef DW_AVX2
+#undef DW_AVX512
+
+/* FD_DW_KEEP(v): v stays in a vector register (an empty asm the compiler cannot see through). */
+#define FD_DW_SIMD 1
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
+#define FD_DW_KEEP(v) __asm__("" : "+x"(v))
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
+#undef FD_DW_KEEP
 
 /* The AVX-512 clones may use more than the GEMM's AVX-512 kernels (vl, bw, dq): dispatch checks
  * their own list (depthwise_avx512_ok). */
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
 #define FD_ISA avx512
+#define FD_DW_KEEP(v) __asm__("" : "+v"(v))
 #include "instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
+#undef FD_DW_KEEP
+#undef FD_DW_SIMD
 #else
 #define FD_HAVE_X86_CLONES 0
 #endif
 
 #if FD_HAVE_X86_CLONES
-#include <immintrin.h>
 
 /* float, one output channel per input channel (Cog == 1), AVX-512: each output pixel is
  * accumulated in registers over all its taps and stored once, 32 channels (two masked zmm)
@@ -150,3 +263,33 @@ static int depthwise_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
 
 FD_DEPTHWISE_DISPATCH(s, float)
 FD_DEPTHWISE_DISPATCH(d, double)
+
+/* The convolution kernel: the same ISA choice, no special cases. */
+#if FD_HAVE_X86_CLONES
+#define CONV_DEPTHWISE_X86_CASES(prefix)                                                                \
+    case FD_ISA_AVX512:                                                                                 \
+        if (depthwise_avx512_ok())                                                                      \
+            return fd_##prefix##conv_depthwise_rows_avx512(geo, x, wr, bias, y, row_begin, row_end);    \
+        /* fall through */                                                                              \
+    case FD_ISA_AVX2:                                                                                   \
+        if (depthwise_avx2_ok())                                                                        \
+            return fd_##prefix##conv_depthwise_rows_avx2(geo, x, wr, bias, y, row_begin, row_end);      \
+        break;
+#else
+#define CONV_DEPTHWISE_X86_CASES(prefix)
+#endif
+
+#define FD_CONV_DEPTHWISE_DISPATCH(prefix, real)                                                        \
+    int fd_##prefix##conv_depthwise_rows(const fd_geometry *geo, const real *x, const real *wr,         \
+                                         const real *bias, real *y, ptrdiff_t row_begin, ptrdiff_t row_end) \
+    {                                                                                                   \
+        switch (FD_HAVE_X86_CLONES ? fd_gemm_get_isa() : FD_ISA_PORTABLE) {                             \
+        CONV_DEPTHWISE_X86_CASES(prefix)                                                                \
+        default:                                                                                        \
+            break;                                                                                      \
+        }                                                                                               \
+        return fd_##prefix##conv_depthwise_rows_portable(geo, x, wr, bias, y, row_begin, row_end);      \
+    }
+
+FD_CONV_DEPTHWISE_DISPATCH(s, float)
+FD_CONV_DEPTHWISE_DISPATCH(d, double)

@@ -1,7 +1,11 @@
-/* The depthwise microkernel (depthwise_rows.c): rows [row_begin, row_end) of the N*Ho output rows
- * of a transposed convolution with groups == C_in. wr is the weight reordered to (kH, kW, C_out);
- * taps_y/taps_x are the stride-phase tap tables (fd_phase_taps). No workspace. Dispatched by the
- * GEMM's ISA choice. */
+/* The depthwise microkernels (depthwise_rows.c), dispatched by the GEMM's ISA choice; no workspace.
+ *
+ * fd_?depthwise_rows: rows [row_begin, row_end) of the N*Ho output rows of a transposed convolution
+ * with groups == C_in. wr is the weight reordered to (kH, kW, C_out); taps_y/taps_x are the
+ * stride-phase tap tables (fd_phase_taps).
+ *
+ * fd_?conv_depthwise_rows: the same rows of a convolution with groups == C_in; wr is the weight
+ * reordered to (kH, kW, C_out). */
 #ifndef FASTDECONV_DEPTHWISE_ROWS_H
 #define FASTDECONV_DEPTHWISE_ROWS_H
 #include "conv_geometry.h"
@@ -10,5 +14,9 @@ int fd_sdepthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const pt
                        const float *wr, const float *bias, float *y, ptrdiff_t row_begin, ptrdiff_t row_end);
 int fd_ddepthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const double *x,
                        const double *wr, const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end);
+int fd_sconv_depthwise_rows(const fd_geometry *geo, const float *x, const float *wr, const float *bias, float *y,
+                            ptrdiff_t row_begin, ptrdiff_t row_end);
+int fd_dconv_depthwise_rows(const fd_geometry *geo, const double *x, const double *wr, const double *bias, double *y,
+                            ptrdiff_t row_begin, ptrdiff_t row_end);
 
 #endif

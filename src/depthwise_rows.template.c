@@ -64,3 +64,325 @@ FD_TARGET int FD_ISA_FN(depthwise_rows)(const fd_geometry *geo, const ptrdiff_t 
     }
     return FD_OK;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Depthwise convolution (groups == C_in, Cog = C_out / C_in outputs per input channel), with
+ * wr[ky, kx, c] = w[c, ky, kx, 0] (the (C_out, kH, kW, 1) weight reordered once to (kH, kW, C_out)):
+ *   y[n, oy, ox, c] = bias[c] + sum_{ky, kx} x[n, oy*sH - pad_top + ky*dH, ox*sW - pad_left + kx*dW, c / Cog] * wr[ky, kx, c]
+ * x is zero outside the image and those taps ARE terms of the sum, as in the formula, torch and
+ * fastdeconv.reference: 0 * wr is added, so an Inf or NaN weight on a padding tap gives NaN.
+ *
+ * The SIMD clones (FD_DW_SIMD, vector helpers FD_ISA_FN(dw_*) from depthwise_rows.c) vectorise over
+ * output channels and block DW_TILE output pixels of a row in registers: each weight vector is loaded
+ * once per tap row and, for the common dense kernels (3 or 5 wide, stride 1 or 2, no dilation), each
+ * input vector once per tile and tap row (a GEMM would have K = kH*kW and N = Cog, hopeless). Pixels
+ * whose taps leave the image left or right take a per-pixel path; rows outside it add 0 * wr.
+ * The portable clone is plain C that the compiler vectorises over channels.
+ */
+#if FD_DW_SIMD
+
+#define DW_VEC FD_ISA_FN(dwv)
+#define DW_IDX FD_ISA_FN(dwi)
+#define DW_LANES FD_ISA_FN(dw_lanes)
+#define DW_TILE FD_ISA_FN(dw_tile)
+#define DW_INLINE static inline __attribute__((always_inline)) FD_TARGET
+
+/* One block of output channels [c0, c0 + lanes) and, with a channel multiplier, the input channels
+ * it reads: [src, src + src_count), spread over the lanes by idx (lane l reads (c0 + l)/Cog - src). */
+typedef struct {
+    ptrdiff_t c0, lanes, src, src_count;
+    DW_IDX idx;
+} FD_ISA_FN(dw_block);
+
+/* x's vector for the block at the pixel whose Cin channels start at p. */
+DW_INLINE DW_VEC FD_ISA_FN(dw_x)(const int MULT, const int FULL, const FD_REAL *p, const FD_ISA_FN(dw_block) *b)
+{
+    if (MULT) return FD_ISA_FN(dw_expand)(p + b->src, b->src_count, b->idx);
+    return FULL ? FD_ISA_FN(dw_load)(p + b->c0) : FD_ISA_FN(dw_load_part)(p + b->c0, b->lanes);
+}
+
+DW_INLINE DW_VEC FD_ISA_FN(dw_w)(const int FULL, const FD_REAL *p, const FD_ISA_FN(dw_block) *b)
+{
+    return FULL ? FD_ISA_FN(dw_load)(p + b->c0) : FD_ISA_FN(dw_load_part)(p + b->c0, b->lanes);
+}
+
+/* OXB output pixels [ox0, ox0 + OXB) of row oy. KWC, SWC: the kernel width and stride as
+ * constants, dilation 1 (each input vector is loaded once and shared by the taps that read it), or
+ * 0: any kernel, stride and dilation (one input load per tap and pixel). CHECK: some horizontal
+ * taps may fall outside the image (they read zero); else none does. */
+DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int OXB, const int CHECK, const int MULT,
+                                       const int FULL, const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image,
+                                       ptrdiff_t oy, ptrdiff_t ox0, const FD_ISA_FN(dw_block) *b,
+                                       const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = KWC ? KWC : geo->kernel_w;
+    const ptrdiff_t sW = SWC ? SWC : geo->stride_w, dW = KWC ? 1 : geo->dilation_w;
+    const ptrdiff_t ix0 = ox0 * sW - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
+    const DW_VEC zero = FD_ISA_FN(dw_zero)();
+    DW_VEC acc[16];
+    int j;
+#pragma GCC unroll 16
+    for (j = 0; j < OXB; j++) acc[j] = bias_v;
+    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+        const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
+        const FD_REAL *w_row = wr + ky * kW * C;
+        if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+#pragma GCC unroll 16
+                for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
+            }
+            continue;
+        }
+        const FD_REAL *x_row = x_image + iy * W * Cin;
+        if (KWC) {
+            DW_VEC w[8];
+            int i, kx;
+#pragma GCC unroll 8
+            for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+            const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
+            /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
+#pragma GCC unroll 64
+            for (i = 0; i < (OXB - 1) * SWC + KWC; i++) {
+                DW_VEC xv;
+                if (CHECK) {
+                    const ptrdiff_t ix = ix0 + i;
+                    xv = ix >= 0 && ix < W ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin, b) : zero;
+                } else {
+                    /* one load per column kept in a register, and one pointer stepping along the
+                       columns: GCC otherwise reloads xv into every FMA from an offset register of
+                       its own and spills them */
+                    xv = FD_ISA_FN(dw_x)(MULT, FULL, x_col, b);
+                    FD_DW_KEEP(xv);
+                    x_col += Cin;
+                    __asm__("" : "+r"(x_col));
+                }
+#pragma GCC unroll 8
+                for (kx = 0; kx < KWC; kx++) {
+                    const int d = i - kx;
+                    if (d >= 0 && d % SWC == 0 && d / SWC < OXB)
+                        acc[d / SWC] = FD_ISA_FN(dw_fma)(xv, w[kx], acc[d / SWC]);
+                }
+            }
+        } else {
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+#pragma GCC unroll 16
+                for (j = 0; j < OXB; j++) {
+                    const ptrdiff_t ix = ix0 + j * sW + kx * dW;
+                    const DW_VEC xv = !CHECK || (ix >= 0 && ix < W) ? FD_ISA_FN(dw_x)(MULT, FULL, x_row + ix * Cin, b)
+                                                                    : zero;
+                    acc[j] = FD_ISA_FN(dw_fma)(xv, w, acc[j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (j = 0; j < OXB; j++) {
+        FD_REAL *yp = y_row + (ox0 + j) * C + b->c0;
+        if (FULL) FD_ISA_FN(dw_store)(yp, acc[j]);
+        else FD_ISA_FN(dw_store_part)(yp, acc[j], b->lanes);
+    }
+}
+
+/* One output pixel anywhere: each tap checked, zero outside the image. */
+DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd_geometry *geo,
+                                        const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy, ptrdiff_t ox,
+                                        const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v,
+                                        FD_REAL *FD_RESTRICT y_row)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
+    const DW_VEC zero = FD_ISA_FN(dw_zero)();
+    DW_VEC acc = bias_v, acc_odd = zero;   /* two chains of FMAs (one is latency-bound) */
+    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+        const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
+        const int row_inside = iy >= 0 && iy < H;
+        for (ptrdiff_t kx = 0; kx < kW; kx++) {
+            const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
+            const DW_VEC w = FD_ISA_FN(dw_w)(FULL, wr + (ky * kW + kx) * C, b);
+            const DW_VEC xv = row_inside && ix >= 0 && ix < W
+                                  ? FD_ISA_FN(dw_x)(MULT, FULL, x_image + (iy * W + ix) * Cin, b) : zero;
+            if (kx & 1) acc_odd = FD_ISA_FN(dw_fma)(xv, w, acc_odd);
+            else acc = FD_ISA_FN(dw_fma)(xv, w, acc);
+        }
+    }
+    acc = FD_ISA_FN(dw_add)(acc, acc_odd);
+    if (FULL) FD_ISA_FN(dw_store)(y_row + ox * C + b->c0, acc);
+    else FD_ISA_FN(dw_store_part)(y_row + ox * C + b->c0, acc, b->lanes);
+}
+
+/* Output row oy, one channel block, pixels [ox_begin, ox_end) (at least a tile wide unless the row
+ * is narrower): tiles of DW_TILE pixels where every horizontal tap falls inside the image
+ * (columns [ox_lo, ox_hi)); elsewhere checked tiles of DW_TILE/2 or DW_TILE/4 pixels, the last one
+ * moved left to end at ox_end (recomputing a few pixels of this row, with the same result). Rows
+ * narrower than DW_TILE/4 go pixel by pixel. */
+DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const int MULT, const int FULL,
+                                            const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,
+                                            ptrdiff_t ox_begin, ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
+                                            const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
+                                            DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
+{
+    enum { HALF = DW_TILE / 2, QUARTER = DW_TILE / 4 };
+#define DW_TILE_AT(OXB, CHECK, at) \
+    FD_ISA_FN(conv_dw_tile)(KWC, SWC, OXB, CHECK, MULT, FULL, geo, x_image, oy, at, b, wr, bias_v, y_row)
+    if (geo->out_w < QUARTER) {
+        for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)
+            FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, b, wr, bias_v, y_row);
+        return;
+    }
+    for (ptrdiff_t ox = ox_begin; ox < ox_end;) {
+        const ptrdiff_t left = ox_end - ox;
+        if (left >= DW_TILE && ox >= ox_lo && ox + DW_TILE <= ox_hi) {
+            DW_TILE_AT(DW_TILE, 0, ox);
+            ox += DW_TILE;
+        } else if (geo->out_w >= HALF) {
+            const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;
+            if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, 0, at);
+            else DW_TILE_AT(HALF, 1, at);
+            ox = at + HALF;
+        } else {
+            const ptrdiff_t at = left >= QUARTER ? ox : ox_end - QUARTER;
+            DW_TILE_AT(QUARTER, 1, at);
+            ox = at + QUARTER;
+        }
+    }
+#undef DW_TILE_AT
+}
+
+DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MULT, const fd_geometry *geo,
+                                      const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy, ptrdiff_t ox_begin,
+                                      ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
+                                      const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
+                                      FD_REAL *FD_RESTRICT y_row)
+{
+    const ptrdiff_t C = geo->out_channels, Cog = C / geo->in_channels;
+    for (ptrdiff_t c0 = 0; c0 < C; c0 += DW_LANES) {
+        FD_ISA_FN(dw_block) b;
+        b.c0 = c0;
+        b.lanes = C - c0 < DW_LANES ? C - c0 : DW_LANES;
+        b.src = c0 / Cog;
+        b.src_count = (c0 + b.lanes - 1) / Cog - b.src + 1;
+        b.idx = FD_ISA_FN(dw_index)(MULT ? c0 : 0, MULT ? Cog : 1);
+        if (b.lanes == DW_LANES) {
+            const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
+            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+                                         bias_v, y_row);
+        } else {   /* the last, partial vector: the generic tile only (code size) */
+            const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load_part)(bias + c0, b.lanes) : FD_ISA_FN(dw_zero)();
+            FD_ISA_FN(conv_dw_block_row)(0, 0, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+                                         bias_v, y_row);
+        }
+    }
+}
+
+/* The rows go in vertical strips of output columns whose kH input rows fit in about this many
+ * bytes, so that consecutive output rows find the input rows they share in L1. */
+#define DW_STRIP_BYTES (16 << 10)
+
+FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
+                                             const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
+                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kW = geo->kernel_w, sW = geo->stride_w, dW = geo->dilation_w;
+    if (geo->groups != Cin || Cin <= 0 || C % Cin != 0 || row_begin < 0 || row_end > geo->batch * Ho)
+        return FD_ERR_ARGUMENT;
+    /* [ox_lo, ox_hi): the output columns whose taps 0 and kW-1 both fall inside the image */
+    ptrdiff_t ox_lo = (geo->pad_left + sW - 1) / sW;
+    ptrdiff_t ox_hi = fd_floor_div(W - 1 + geo->pad_left - (kW - 1) * dW, sW) + 1;
+    if (ox_lo > Wo) ox_lo = Wo;
+    if (ox_hi > Wo) ox_hi = Wo;
+    if (ox_hi < ox_lo) ox_hi = ox_lo;
+    /* strip width: a multiple of the tile; input columns (strip - 1)*sW + (kW - 1)*dW + 1 */
+    const ptrdiff_t row_bytes = geo->kernel_h * Cin * (ptrdiff_t)sizeof(FD_REAL);
+    const ptrdiff_t fit = DW_STRIP_BYTES / row_bytes - (kW - 1) * dW;
+    ptrdiff_t strip = fit > 0 ? fit / sW / DW_TILE * DW_TILE : 0;
+    if (strip < DW_TILE) strip = DW_TILE;
+    /* the tiles specialised for a shape take whole vectors of channels without a multiplier; any
+       other block the generic tile (fewer copies of the tile: the AVX-512 float clone is ~150 KB) */
+    const int mult = C != Cin;
+    const int shape = dW != 1 || mult ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
+                                      : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
+    /* a last strip narrower than a tile joins the one before */
+    for (ptrdiff_t ox_begin = 0, ox_end; ox_begin < Wo; ox_begin = ox_end) {
+        ox_end = Wo - ox_begin >= strip + DW_TILE ? ox_begin + strip : Wo;
+        for (ptrdiff_t r = row_begin; r < row_end; r++) {   /* r = n*Ho + oy */
+            const FD_REAL *x_image = x + (r / Ho) * H * W * Cin;
+            const ptrdiff_t oy = r % Ho;
+            FD_REAL *y_row = y + r * Wo * C;
+            switch (shape * 2 + mult) {
+#define DW_ROW(KWC, SWC, MULT) \
+    FD_ISA_FN(conv_dw_row)(KWC, SWC, MULT, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, wr, bias, y_row)
+            case 2: DW_ROW(3, 1, 0); break;
+            case 4: DW_ROW(3, 2, 0); break;
+            case 6: DW_ROW(5, 1, 0); break;
+            case 8: DW_ROW(5, 2, 0); break;
+            case 1: DW_ROW(0, 0, 1); break;
+            default: DW_ROW(0, 0, 0); break;
+#undef DW_ROW
+            }
+        }
+    }
+    return FD_OK;
+}
+
+#undef DW_STRIP_BYTES
+#undef DW_VEC
+#undef DW_IDX
+#undef DW_LANES
+#undef DW_TILE
+#undef DW_INLINE
+
+#else /* portable */
+
+/* Channels in chunks of this many accumulators (on the stack, vectorised by the compiler). */
+#define DW_CHUNK 64
+
+FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
+                                             const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
+                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kH = geo->kernel_h, kW = geo->kernel_w;
+    if (geo->groups != Cin || Cin <= 0 || C % Cin != 0 || row_begin < 0 || row_end > geo->batch * Ho)
+        return FD_ERR_ARGUMENT;
+    const ptrdiff_t Cog = C / Cin;
+    FD_REAL acc[DW_CHUNK];
+    for (ptrdiff_t r = row_begin; r < row_end; r++) {   /* r = n*Ho + oy */
+        const FD_REAL *x_image = x + (r / Ho) * H * W * Cin;
+        const ptrdiff_t iy0 = (r % Ho) * geo->stride_h - geo->pad_top;
+        for (ptrdiff_t ox = 0; ox < Wo; ox++) {
+            const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left;
+            FD_REAL *y_pixel = y + (r * Wo + ox) * C;
+            for (ptrdiff_t c0 = 0; c0 < C; c0 += DW_CHUNK) {
+                const ptrdiff_t nc = C - c0 < DW_CHUNK ? C - c0 : DW_CHUNK;
+                for (ptrdiff_t c = 0; c < nc; c++) acc[c] = bias ? bias[c0 + c] : (FD_REAL)0;
+                for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                    const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
+                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                        const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
+                        const FD_REAL *FD_RESTRICT w = wr + (ky * kW + kx) * C + c0;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
+                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += (FD_REAL)0 * w[c];
+                        } else if (Cog == 1) {
+                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + c0;
+                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[c] * w[c];
+                        } else {
+                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin;
+                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[(c0 + c) / Cog] * w[c];
+                        }
+                    }
+                }
+                for (ptrdiff_t c = 0; c < nc; c++) y_pixel[c0 + c] = acc[c];
+            }
+        }
+    }
+    return FD_OK;
+}
+
+#undef DW_CHUNK
+
+#endif

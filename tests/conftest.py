@@ -1,4 +1,4 @@
-"""Fixtures that run a test through every CPU path (deconv algorithm x GEMM ISA) and restore global state."""
+"""Fixtures that run a test through every CPU path (algorithm x GEMM ISA) and restore global state."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import fastdeconv  # noqa: E402
 from fastdeconv import _cpu  # noqa: E402
 
-from helpers import DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
+from helpers import CONV_PATHS, DECONV_PATHS, GEMM_ISAS, gemm_isa  # noqa: E402
 
 
 def pytest_configure(config):
@@ -40,8 +40,16 @@ def deconv_path(request):
         yield algorithm, isa
 
 
+@pytest.fixture(params=CONV_PATHS, ids=[f"{a}-{i}" for a, i in CONV_PATHS])
+def conv_path(request):
+    """(algorithm, isa) for conv2d, as deconv_path."""
+    algorithm, isa = request.param
+    with gemm_isa(isa):
+        yield algorithm, isa
+
+
 @pytest.fixture(params=GEMM_ISAS)
 def isa_path(request):
-    """A forced GEMM ISA (conv2d has a single algorithm), restored after."""
+    """A forced GEMM ISA (the automatic algorithm choice), restored after."""
     with gemm_isa(request.param):
         yield request.param

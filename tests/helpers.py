@@ -26,7 +26,7 @@ def examples(n: int) -> int:
     return max(1, int(n * float(os.environ.get("FASTDECONV_TEST_EXAMPLES", "1"))))
 
 # ----------------------------------------------------------------------------------------------
-# The CPU paths every comparison runs through: every deconv algorithm x every supported GEMM ISA.
+# The CPU paths every comparison runs through: every algorithm of its kind x every supported GEMM ISA.
 # Collected at import (= collection) time so that newly added algorithms are picked up.
 # ----------------------------------------------------------------------------------------------
 
@@ -34,6 +34,7 @@ DECONV_ALGORITHMS = sorted(_cpu_backend.DECONV_ALGORITHMS)
 CONV_ALGORITHMS = sorted(_cpu_backend.CONV_ALGORITHMS)
 GEMM_ISAS = [name for name, ok in _cpu.build_info()["gemm_isa_supported"].items() if ok]
 DECONV_PATHS = [(a, i) for a in DECONV_ALGORITHMS for i in GEMM_ISAS]
+CONV_PATHS = [(a, i) for a in CONV_ALGORITHMS for i in GEMM_ISAS]
 
 
 @contextlib.contextmanager
@@ -48,7 +49,7 @@ def gemm_isa(name: str):
 
 
 def algorithm_supports(algorithm: str | None, geometry) -> bool:
-    """Whether a forced deconv algorithm handles this geometry (None: the automatic choice)."""
+    """Whether a forced algorithm handles this geometry (None: the automatic choice)."""
     return algorithm is None or _cpu_backend.supports(algorithm, geometry)
 
 
@@ -275,10 +276,9 @@ class Case:
         return kw
 
     def call(self, x, w, b, backend="cpu", algorithm=None, **extra):
-        """The call on ``backend``; ``algorithm`` forces a transposed convolution's CPU algorithm."""
-        if self.op == "t":
-            return fastdeconv.conv_transpose2d(x, w, b, **self.kwargs(), backend=backend, algorithm=algorithm, **extra)
-        return fastdeconv.conv2d(x, w, b, **self.kwargs(), backend=backend, **extra)
+        """The call on ``backend``; ``algorithm`` forces the CPU algorithm."""
+        fn = fastdeconv.conv_transpose2d if self.op == "t" else fastdeconv.conv2d
+        return fn(x, w, b, **self.kwargs(), backend=backend, algorithm=algorithm, **extra)
 
     def reference(self, x, w, b):
         fn = fastdeconv.reference.conv_transpose2d if self.op == "t" else fastdeconv.reference.conv2d
@@ -304,7 +304,7 @@ def check_case(case: Case, algorithm: str | None = None):
     """Run ``case`` on the CPU backend and compare with the reference. Returns False if the forced
     algorithm declares the geometry unsupported (nothing was checked)."""
     x, w, b = case.arrays()
-    if case.op == "t" and not algorithm_supports(algorithm, case.geometry(x, w)):
+    if not algorithm_supports(algorithm, case.geometry(x, w)):
         return False
     copies = [None if a is None else a.copy() for a in (x, w, b)]
     ref = case.reference(x, w, b)

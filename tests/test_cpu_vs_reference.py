@@ -1,4 +1,4 @@
-"""The CPU backend against the numpy reference, through every deconv algorithm x GEMM ISA.
+"""The CPU backend against the numpy reference, through every algorithm x GEMM ISA.
 
 Property tests (hypothesis) over the whole parameter space plus named cases for the
 corners that tiled kernels usually get wrong.
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import fastdeconv
 from fastdeconv import _cpu_backend
-from helpers import DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports, check_case, examples
+from helpers import (CONV_ALGORITHMS, CONV_PATHS, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports,
+                     check_case, examples)
 
 SETTINGS = settings(
     max_examples=examples(300),
@@ -141,8 +142,8 @@ def test_conv_transpose2d_matches_reference(deconv_path, case):
 
 @SETTINGS
 @given(case=conv_cases())
-def test_conv2d_matches_reference(isa_path, case):
-    check_case(case)
+def test_conv2d_matches_reference(conv_path, case):
+    check_case(case, algorithm=conv_path[0])
 
 
 @st.composite
@@ -181,8 +182,8 @@ def test_conv_transpose2d_medium_matches_reference(deconv_path, case):
 
 @MEDIUM
 @given(case=medium_cases("c"))
-def test_conv2d_medium_matches_reference(isa_path, case):
-    check_case(case)
+def test_conv2d_medium_matches_reference(conv_path, case):
+    check_case(case, algorithm=conv_path[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,23 +263,48 @@ NAMED_CONV = {
     "wide_image": Case(op="c", n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
     "gemm_chunk_crossing": Case(op="c", n=1, hw=(4, 130), c_in=200, c_out=24, kernel=(3, 3), padding=1),
     "many_pixels_chunks": Case(op="c", n=1, hw=(9, 130), c_in=4, c_out=3, kernel=(2, 2), padding="same"),
+    # groups == C_in: the "depthwise" algorithm's register tiles (3 or 5 wide, stride 1 or 2), its
+    # generic tile, channel tails and its column strips
+    "depthwise_mobilenet": Case(op="c", n=2, hw=(13, 37), c_in=64, c_out=64, groups=64, kernel=(3, 3), padding=1),
+    "depthwise_5x5_stride2": Case(op="c", hw=(11, 29), c_in=24, c_out=24, groups=24, kernel=(5, 5), stride=2,
+                                  padding=2),
+    "depthwise_dilated_asymmetric": Case(op="c", hw=(10, 26), c_in=19, c_out=19, groups=19, kernel=(3, 3),
+                                         dilation=(2, 3), padding=((0, 3), (4, 1))),
+    "depthwise_multiplier_tail": Case(op="c", n=2, hw=(7, 21), c_in=5, c_out=15, groups=5, kernel=(3, 3), stride=2,
+                                      padding=1),
+    "depthwise_one_input_channel": Case(op="c", hw=(9, 19), c_in=1, c_out=20, groups=1, kernel=(5, 5), padding=2),
+    "depthwise_wide_strips": Case(op="c", hw=(4, 90), c_in=96, c_out=96, groups=96, kernel=(3, 3), padding=1),
 }
 
 
+def _named_conv_params():
+    """(path, name) pairs, leaving out geometries an algorithm declares unsupported (decided at collection)."""
+    params = []
+    for name, case in NAMED_CONV.items():
+        geometry = case.geometry(*case.arrays()[:2])
+        for algorithm, isa in CONV_PATHS:
+            if algorithm_supports(algorithm, geometry):
+                params.append(pytest.param((algorithm, isa), name, id=f"{algorithm}-{isa}-{name}"))
+    return params
+
+
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@pytest.mark.parametrize("name", list(NAMED_CONV))
-def test_conv2d_named(isa_path, name, dtype):
+@pytest.mark.parametrize("conv_path,name", _named_conv_params(), indirect=["conv_path"])
+def test_conv2d_named(conv_path, name, dtype):
     case = NAMED_CONV[name]
-    check_case(Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3}))
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3})
+    assert check_case(case, algorithm=conv_path[0])
 
 
-@pytest.mark.parametrize("algorithm", DECONV_ALGORITHMS)
-def test_every_algorithm_is_exercised(algorithm):
+@pytest.mark.parametrize("transposed,algorithm", [(True, a) for a in DECONV_ALGORITHMS] +
+                         [(False, a) for a in CONV_ALGORITHMS])
+def test_every_algorithm_is_exercised(transposed, algorithm):
     """The 'unsupported geometry' skip must not silently skip an algorithm everywhere."""
-    supported = [name for name, case in NAMED_DECONV.items()
+    named = NAMED_DECONV if transposed else NAMED_CONV
+    supported = [name for name, case in named.items()
                  if algorithm_supports(algorithm, case.geometry(*case.arrays()[:2]))]
-    assert supported, f"{algorithm} supports none of the named cases"
-    assert algorithm_supports(algorithm, NAMED_DECONV["depthwise"].geometry(*NAMED_DECONV["depthwise"].arrays()[:2]))
+    assert len(supported) >= (1 if transposed else 3), f"{algorithm} supports too few named cases: {supported}"
+    assert algorithm_supports(algorithm, named["depthwise"].geometry(*named["depthwise"].arrays()[:2]))
 
 
 def test_forcing_unknown_algorithm_is_an_error():
@@ -287,9 +313,10 @@ def test_forcing_unknown_algorithm_is_an_error():
         fastdeconv.conv_transpose2d(x, w, b, backend="cpu", algorithm="no-such-algorithm")
 
 
-@pytest.mark.parametrize("algorithm", DECONV_ALGORITHMS)
-def test_forcing_an_algorithm_selects_it(algorithm):
+@pytest.mark.parametrize("transposed,algorithm", [(True, a) for a in DECONV_ALGORITHMS] +
+                         [(False, a) for a in CONV_ALGORITHMS])
+def test_forcing_an_algorithm_selects_it(transposed, algorithm):
     """algorithm= really picks the algorithm under test (else every path would test the default)."""
-    case = NAMED_DECONV["depthwise"]
+    case = (NAMED_DECONV if transposed else NAMED_CONV)["depthwise"]
     geometry = case.geometry(*case.arrays()[:2])
     assert _cpu_backend.resolve_algorithm(algorithm, geometry) == algorithm

@@ -281,7 +281,7 @@ def example_strategy(draw, op):
     unbatched = n == 1 and draw(st.booleans())
     value_kinds = st.sampled_from(["finite", "finite", "finite", "nan", "+inf", "-inf", "mixed", "zeros+inf"])
     float_dtypes = st.sampled_from(["float32", "float64", "float16"])
-    algorithms = [None, *sorted(_cpu_backend.DECONV_ALGORITHMS)] if transposed else [None, "im2col"]
+    algorithms = [None, *sorted(_cpu_backend.DECONV_ALGORITHMS if transposed else _cpu_backend.CONV_ALGORITHMS)]
     example = Example(
         op=op, n=n, hw=hw, groups=groups, cig=cig, cog=cog, kernel=kernel, params=params,
         bias=draw(st.booleans()), unbatched=unbatched,

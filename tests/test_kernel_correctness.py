@@ -98,15 +98,26 @@ def test_nonfinite_deconv_matches_reference(deconv_path, name, where, value):
                          where=where, value=value, threads=threads, dtype=np.dtype(dtype).name)
 
 
-@pytest.mark.parametrize("value", [np.inf, np.nan], ids=["inf", "nan"])
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "-inf", "nan"])
 @pytest.mark.parametrize("where", ["x", "weight"])
-def test_nonfinite_conv2d_matches_reference(isa_path, where, value):
+def test_nonfinite_conv2d_matches_reference(conv_path, where, value):
     """conv2d's formula reads x as zero outside the image (an explicitly zero-padded input, as the
-    reference computes it), so there a padding tap does multiply: 0 * Inf = NaN on both sides."""
+    reference computes it), so there a padding tap does multiply: 0 * Inf = NaN on both sides.
+    The depthwise geometries (groups = C_in) put the Inf on the kernel's edge taps, which the
+    depthwise kernel's border pixels, register tiles and padding rows all meet."""
+    algorithm, isa = conv_path
     rng = np.random.default_rng(1)
+    checked = 0
     for hw, cin, cout, groups, kernel, stride, padding, dilation in [
             ((5, 6), 3, 4, 1, (3, 3), 1, 1, 1), ((7, 5), 4, 6, 2, (3, 2), (2, 1), ((2, 1), (0, 3)), (1, 2)),
-            ((9, 23), 8, 40, 1, (3, 3), 1, 1, 1)]:
+            ((9, 23), 8, 40, 1, (3, 3), 1, 1, 1),
+            ((5, 6), 3, 3, 3, (3, 3), 1, 1, 1), ((9, 23), 40, 40, 40, (3, 3), 1, 1, 1),
+            ((7, 21), 17, 34, 17, (5, 5), 2, 2, 1), ((7, 5), 4, 12, 4, (3, 2), (2, 1), ((2, 1), (0, 3)), (1, 2)),
+            ((6, 30), 9, 9, 9, (3, 3), (1, 2), ((3, 0), (1, 4)), 1)]:
+        if not _cpu_backend.supports(algorithm, _conv_geometry((2, *hw, cin), (cout, *kernel, cin // groups),
+                                                               stride, padding, dilation, groups)):
+            continue
+        checked += 1
         signs = channel_signs(cout, rng)
         x = make_x((2, *hw, cin), np.float32, rng)
         w = make_weight_c(cout, *kernel, cin, groups, np.float32, rng, signs)
@@ -115,8 +126,17 @@ def test_nonfinite_conv2d_matches_reference(isa_path, where, value):
             target[index] = value
         kwargs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
         ref = fastdeconv.conv2d(x, w, **kwargs, backend="reference")
-        got = fastdeconv.conv2d(x, w, **kwargs, backend="cpu")
-        assert_close(got, ref, np.float32, kernel[0] * kernel[1] * cin, isa=isa_path, where=where, hw=hw)
+        assert not np.isfinite(ref).all()
+        got = fastdeconv.conv2d(x, w, **kwargs, backend="cpu", algorithm=algorithm)
+        assert_close(got, ref, np.float32, kernel[0] * kernel[1] * cin, algorithm=algorithm, isa=isa, where=where,
+                     hw=hw, groups=groups)
+    assert checked >= 3
+
+
+def _conv_geometry(x_shape, w_shape, stride, padding, dilation, groups):
+    from fastdeconv._params import resolve_conv2d
+
+    return resolve_conv2d(x_shape, w_shape, stride, padding, dilation, groups)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,22 +218,23 @@ def test_huge_stride_deconv(algorithm):
     assert_close(got, want, np.float64, 4)
 
 
-def test_huge_geometry_conv2d(isa_path):
+@pytest.mark.parametrize("algorithm", CONV_ALGORITHMS)
+def test_huge_geometry_conv2d(isa_path, algorithm):
     rng = np.random.default_rng(3)
-    signs = channel_signs(5, rng)
+    groups, cout = (4, 8) if algorithm == "depthwise" else (1, 5)   # depthwise: groups == C_in, multiplier 2
+    signs = channel_signs(cout, rng)
     x = make_x((2, 3, 4, 4), np.float64, rng)
-    w = make_weight_c(5, 2, 2, 4, 1, np.float64, rng, signs)
-    b = make_bias(5, np.float64, rng, signs)
-    for algorithm in CONV_ALGORITHMS:
-        # stride = pad = 2^60, 1x1 taps: a 3x3 output whose pixel (1, 1) reads x[:, 0, 0], the rest padding
-        got = fastdeconv.conv2d(x, w[:, :1, :1], b, stride=BIG, padding=BIG, algorithm=algorithm)
-        want = np.broadcast_to(b, (2, 3, 3, 5)).copy()
-        want[:, 1, 1] += x[:, 0, 0] @ w[:, 0, 0].T
-        assert_close(got, want, np.float64, 4, isa=isa_path)
-        # dilation 2^60 with the same top/left pad: tap (1, 1) reads (oy, ox), tap 0 the padding
-        got = fastdeconv.conv2d(x, w, b, dilation=BIG, padding=((BIG, 0), (BIG, 0)), algorithm=algorithm)
-        want = fastdeconv.conv2d(x, np.ascontiguousarray(w[:, 1:, 1:]), b, backend="reference")
-        assert_close(got, want, np.float64, 4, isa=isa_path)
+    w = make_weight_c(cout, 2, 2, 4, groups, np.float64, rng, signs)
+    b = make_bias(cout, np.float64, rng, signs)
+    # stride = pad = 2^60, 1x1 taps: a 3x3 output whose pixel (1, 1) reads x[:, 0, 0], the rest padding
+    got = fastdeconv.conv2d(x, w[:, :1, :1], b, stride=BIG, padding=BIG, groups=groups, algorithm=algorithm)
+    want = np.broadcast_to(b, (2, 3, 3, cout)).copy()
+    want[:, 1, 1] += fastdeconv.conv2d(x[:, :1, :1], w[:, :1, :1], groups=groups, backend="reference")[:, 0, 0]
+    assert_close(got, want, np.float64, 4, algorithm=algorithm, isa=isa_path)
+    # dilation 2^60 with the same top/left pad: tap (1, 1) reads (oy, ox), tap 0 the padding
+    got = fastdeconv.conv2d(x, w, b, dilation=BIG, padding=((BIG, 0), (BIG, 0)), groups=groups, algorithm=algorithm)
+    want = fastdeconv.conv2d(x, np.ascontiguousarray(w[:, 1:, 1:]), b, groups=groups, backend="reference")
+    assert_close(got, want, np.float64, 4, algorithm=algorithm, isa=isa_path)
 
 
 # At the bound itself: per axis in + out + (in-1)*s + (k-1)*d + pads + s + d (transposed; (out-1)*s for
@@ -243,21 +264,23 @@ def test_at_the_bound_deconv_stride():
     assert_close(got, (x[:, 1:2, 1:2] @ w[:, 0, 0]) + b, np.float64, 4)
 
 
-def test_at_the_bound_conv2d(isa_path):
+@pytest.mark.parametrize("algorithm", CONV_ALGORITHMS)
+def test_at_the_bound_conv2d(isa_path, algorithm):
     rng = np.random.default_rng(4)
+    groups, cout = (4, 8) if algorithm == "depthwise" else (1, 5)
     x = make_x((2, 3, 3, 4), np.float64, rng)
-    w = make_weight_c(5, 2, 2, 4, 1, np.float64, rng)
+    w = make_weight_c(cout, 2, 2, 4, groups, np.float64, rng)
     # k = 2, s = 1, d = pad_top = D: out = in = 3, the sum 3*D + 3*in
     big = (LIMIT - 9) // 3
-    got = fastdeconv.conv2d(x, w, dilation=big, padding=((big, 0), (big, 0)))
-    want = fastdeconv.conv2d(x, np.ascontiguousarray(w[:, 1:, 1:]), backend="reference")
-    assert_close(got, want, np.float64, 4, isa=isa_path)
+    got = fastdeconv.conv2d(x, w, dilation=big, padding=((big, 0), (big, 0)), groups=groups, algorithm=algorithm)
+    want = fastdeconv.conv2d(x, np.ascontiguousarray(w[:, 1:, 1:]), groups=groups, backend="reference")
+    assert_close(got, want, np.float64, 4, algorithm=algorithm, isa=isa_path)
     # k = 1, s = pad = D: out = 3, the sum 5*D + 7; output pixel (1, 1) reads x[:, 0, 0]
     big = (LIMIT - 7) // 5
-    got = fastdeconv.conv2d(x, w[:, :1, :1], stride=big, padding=big)
-    want = np.zeros((2, 3, 3, 5))
-    want[:, 1, 1] = x[:, 0, 0] @ w[:, 0, 0].T
-    assert_close(got, want, np.float64, 4, isa=isa_path)
+    got = fastdeconv.conv2d(x, w[:, :1, :1], stride=big, padding=big, groups=groups, algorithm=algorithm)
+    want = np.zeros((2, 3, 3, cout))
+    want[:, 1, 1] = fastdeconv.conv2d(x[:, :1, :1], w[:, :1, :1], groups=groups, backend="reference")[:, 0, 0]
+    assert_close(got, want, np.float64, 4, algorithm=algorithm, isa=isa_path)
 
 
 # ----------------------------------------------------------------------------------------------
