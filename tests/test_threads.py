@@ -47,13 +47,15 @@ def _runner(x, w, b, kwargs, threads, algorithm=None, transposed=True):
 
 
 def _layers():
-    """(x, runners at 1..4 threads, geometry) for a few layers, one per algorithm."""
+    """(x, runners at 1..4 threads, geometry) for a few layers, one per algorithm (conv2d: im2col and
+    depthwise, the automatic choices)."""
     rng = np.random.default_rng(11)
     specs = [
         ("phase", True, (3, 9, 7, 8), (8, 4, 4, 6), dict(stride=2, padding=1)),
         ("col2im", True, (2, 6, 5, 4), (4, 3, 3, 8), dict(stride=2, padding=1, dilation=2)),
         ("depthwise", True, (2, 10, 9, 6), (6, 3, 3, 1), dict(stride=2, padding=1, groups=6)),
         (None, False, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),
+        (None, False, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=1, padding=1, groups=8)),   # conv depthwise
     ]
     layers = []
     for algorithm, transposed, x_shape, w_shape, kwargs in specs:
@@ -171,7 +173,8 @@ def test_fork_in_the_middle_of_threaded_calls():
     ("col2im", (5, 4, 4, 8), (8, 4, 4, 4), dict(stride=2, padding=1, groups=2)),
     ("depthwise", (2, 15, 8, 6), (6, 4, 4, 1), dict(stride=2, padding=1, groups=6)),
     (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
-], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col"])
+    (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
+], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col", "conv-depthwise"])
 def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
     """Every cut (the algorithm's own, finer per thread, the Ctrl-C cut down to tiny tasks) at 1-4
     threads gives the same bits as one serial task list."""
