@@ -520,7 +520,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     previous = fastdeconv.get_num_threads()
     if threads:
         fastdeconv.set_num_threads(threads)
-    threads = fastdeconv.get_num_threads()   # 1 when built without OpenMP, whatever was asked
+    threads = fastdeconv.get_num_threads()   # what set_num_threads recorded
     try:
         peer_set = Peers(enabled=peers, log=stderr)
         peak = measure_peak(threads, seconds)

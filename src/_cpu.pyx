@@ -583,7 +583,8 @@ cdef class Runner:
 from libc.stdint cimport uint64_t
 
 cdef extern from "fingerprint.h" nogil:
-    void fd_fingerprint(const void *data, size_t bytes, uint64_t out[2])
+    size_t FD_FINGERPRINT_PART
+    int fd_fingerprint(const void *data, size_t bytes, int participants, uint64_t out[2])
 
 # Arrays whose memory span is more than this many times their own size (a sparse view of a larger
 # array) get no fingerprint: hashing the whole span would cost more than it saves.
@@ -599,7 +600,8 @@ def fingerprint(cnp.ndarray array):
     strides (negative and zero included). Its bytes, together with ``offset``, ``shape``, ``strides``
     and ``dtype``, determine every element, so two arrays with equal tuples and equal
     (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
-    released for spans of 64 KiB or more."""
+    released for spans of 64 KiB or more; spans of 2 MiB or more are hashed in 1 MiB parts on the
+    call's threads (src/fingerprint.h: the value does not depend on the thread count)."""
     cdef int axis
     cdef Py_ssize_t extent, low = 0, high = 0
     cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(array)
@@ -620,9 +622,13 @@ def fingerprint(cnp.ndarray array):
         if span > <size_t>(size * itemsize * _FINGERPRINT_MAX_SPAN_RATIO):
             return None
     start = <const char *>cnp.PyArray_DATA(array) + low
+    cdef int status
+    cdef int participants = _participants(get_num_threads()) if span >= 2 * FD_FINGERPRINT_PART else 1
     if span >= 65536:
         with nogil:
-            fd_fingerprint(start, span, hash)
+            status = fd_fingerprint(start, span, participants, hash)
     else:
-        fd_fingerprint(start, span, hash)
+        status = fd_fingerprint(start, span, 1, hash)
+    if status != 0:
+        raise MemoryError(f"could not allocate the fingerprint of a {span}-byte array")
     return hash[0], hash[1], -low

@@ -202,3 +202,23 @@ def test_fingerprint_is_a_function_of_the_content():
     assert _cpu.fingerprint(np.empty((0, 3), np.float32))[2] == 0
     assert _cpu.fingerprint(rng.standard_normal(100)[::10]) is None     # a sparse view: span 91, size 10
     assert _cpu.fingerprint(np.broadcast_to(np.float32(1), (4, 4))) is not None   # zero strides: span 1
+
+
+def test_fingerprint_of_a_large_array_is_the_same_on_any_thread_count():
+    """Spans of 2 MiB or more are hashed in parts on the pool: same value at 1 and 3 threads, and a
+    change in any part (the last, partial one included) changes it."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((3 << 20) // 8 + 5)          # 3 MiB + 40 bytes: 4 parts, the last partial
+    previous = fastdeconv.get_num_threads()
+    try:
+        fastdeconv.set_num_threads(1)
+        serial = _cpu.fingerprint(a)
+        fastdeconv.set_num_threads(3)
+        assert _cpu.fingerprint(a) == serial
+        for index in (0, (1 << 20) // 8, a.size - 1):
+            b = a.copy()
+            b[index] = np.nextafter(b[index], np.inf)
+            assert _cpu.fingerprint(b) != serial
+        assert _cpu.fingerprint(a[:-1])[:2] != serial[:2]   # one element shorter
+    finally:
+        fastdeconv.set_num_threads(previous)
