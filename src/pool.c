@@ -152,8 +152,49 @@ static struct {
     /* atomics */
     fd_atomic64 claim, finished;
     int stop, busy;
-    int awake; /* helpers inside a job (not asleep), for fd_pool_others_running */
-} pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0};
+    int awake;    /* helpers not asleep (in a job, or spinning for the next), for fd_pool_others_running */
+    int posted;   /* the generation of the newest job, read by spinning helpers without the lock */
+    int sleeping; /* helpers waiting on `work`, under lock */
+} pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* Spinning. Waking a sleeping thread costs a system call on each side (tens of microseconds in some
+ * sandboxes), which a call of 0.1 ms cannot afford on a many-core machine: a helper that finishes a
+ * job first watches for the next one for FD_POOL_SPIN_NS, and the caller watches its last claimed
+ * tasks as long before it sleeps. Only while no other process's thread is running or waiting for a
+ * CPU (fd_pool_others_running, sampled at most once per millisecond): on a busy machine a spinning
+ * thread takes the CPU that the busy neighbours and our own working threads need, so there everyone
+ * sleeps at once. */
+#define FD_POOL_SPIN_NS 200000LL
+
+static inline void cpu_relax(void) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+    YieldProcessor();
+#endif
+}
+
+static int machine_idle(void);
+
+/* Spin until `done(arg)` or FD_POOL_SPIN_NS have passed; returns done(arg). */
+static int spin_until(int (*done)(const void *), const void *arg) {
+    if (done(arg)) return 1;
+    if (!machine_idle()) return 0;
+    const long long deadline = fd_monotonic_ns() + FD_POOL_SPIN_NS;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (done(arg)) return 1;
+        }
+        if (fd_monotonic_ns() >= deadline) return done(arg);
+    }
+}
+
+static int job_posted_after(const void *joined) {
+    return (uint32_t)atomic_load32(&pool.posted) != *(const uint32_t *)joined;
+}
+
+static int job_finished(const void *ntasks) { return atomic_load64(&pool.finished) == *(const ptrdiff_t *)ntasks; }
 
 /* Claim and run (or, after a stop, skip) tasks of job `generation` until none is left. */
 static void work_on(uint32_t generation, ptrdiff_t ntasks, fd_pool_task_fn fn, void *context, int slot) {
@@ -181,19 +222,31 @@ static void helper_loop(void) {
     int first = 1;
     lock(&pool.lock);
     for (;;) {
-        while (pool.seats == 0 || (!first && pool.generation == joined)) cond_wait(&pool.work, &pool.lock);
+        if (pool.seats == 0 || (!first && pool.generation == joined)) {
+            atomic_store32(&pool.awake, pool.awake - !first); /* read without the lock by fd_pool_others_running */
+            do {
+                pool.sleeping++;
+                cond_wait(&pool.work, &pool.lock);
+                pool.sleeping--;
+            } while (pool.seats == 0 || (!first && pool.generation == joined));
+            atomic_store32(&pool.awake, pool.awake + 1);
+        } else if (first) {
+            atomic_store32(&pool.awake, pool.awake + 1);
+        }
         first = 0;
         joined = pool.generation;
         pool.seats--;
+        /* wake-ups travel down a chain: each helper that joins wakes the next sleeper, so the caller
+           signals once and starts working */
+        if (pool.seats > 0 && pool.sleeping > 0) cond_signal(&pool.work);
         const int slot = pool.next_slot++;
         const fd_pool_task_fn fn = pool.fn;
         void *const context = pool.context;
         const ptrdiff_t ntasks = pool.ntasks;
-        atomic_store32(&pool.awake, pool.awake + 1); /* read without the lock by fd_pool_others_running */
         unlock(&pool.lock);
         work_on(joined, ntasks, fn, context, slot);
+        spin_until(job_posted_after, &joined);   /* still counted awake */
         lock(&pool.lock);
-        atomic_store32(&pool.awake, pool.awake - 1);
     }
 }
 
@@ -223,6 +276,7 @@ static void at_fork_child(void) {
     pool.seats = 0;
     pool.busy = 0;
     pool.awake = 0;
+    pool.sleeping = 0;
 }
 #endif
 
@@ -250,16 +304,21 @@ int fd_pool_run(ptrdiff_t ntasks, int participants, fd_pool_task_fn fn, void *co
     atomic_store32(&pool.stop, 0);
     atomic_store64(&pool.finished, 0);
     atomic_store64(&pool.claim, (int64_t)((uint64_t)generation << 32));
+    atomic_store32(&pool.posted, (int)generation);   /* spinning helpers join now */
+    if (seats > 0 && pool.sleeping > 0) cond_signal(&pool.work);   /* the first of the chain */
     unlock(&pool.lock);
-    for (int i = 0; i < seats; i++) cond_signal(&pool.work);
 
     work_on(generation, ntasks, fn, context, 0);
 
     /* Nothing left to claim: close the job to late helpers and wait for the tasks still running. */
     lock(&pool.lock);
     pool.seats = 0;
-    while (atomic_load64(&pool.finished) != ntasks) cond_wait(&pool.done, &pool.lock);
     unlock(&pool.lock);
+    if (!spin_until(job_finished, &ntasks)) {
+        lock(&pool.lock);
+        while (atomic_load64(&pool.finished) != ntasks) cond_wait(&pool.done, &pool.lock);
+        unlock(&pool.lock);
+    }
     const int stopped = atomic_load32(&pool.stop);
     atomic_store32(&pool.busy, 0);
     return stopped ? FD_POOL_STOPPED : FD_POOL_DONE;
@@ -307,6 +366,8 @@ static int read_running(void) {
     return *p == '/' ? (int)running : -1;
 }
 
+static int machine_idle(void) { return fd_pool_others_running() <= 0; }
+
 int fd_pool_others_running(void) {
     const long long now = fd_monotonic_ns();
     if (now - atomic_load64(&sampled_ns) < 1000000) return atomic_load32(&others);
@@ -322,4 +383,5 @@ int fd_pool_others_running(void) {
 }
 #else
 int fd_pool_others_running(void) { return -1; }
+static int machine_idle(void) { return 1; }   /* unknown here: as OpenMP runtimes do, spin briefly */
 #endif
