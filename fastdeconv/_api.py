@@ -9,6 +9,18 @@ from ._validate import prepare
 __all__ = ["conv_transpose2d", "conv2d"]
 
 
+def _is_dask(x) -> bool:
+    """x is a dask collection (tested by its type's module: numpy calls never import dask)."""
+    return type(x).__module__.startswith("dask.")
+
+
+def _dask():
+    """fastdeconv.dask, imported on the first dask array (an ImportError naming the extra without dask)."""
+    from . import dask
+
+    return dask
+
+
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
                      output_size=None, backend="auto", algorithm=None, out=None):
     """Grouped 2-D transposed convolution ("deconvolution") of NHWC data.
@@ -65,6 +77,9 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     ``conv_transpose2d(·, W)`` is exactly the adjoint of ``conv2d(·, W)`` with
     the same stride, padding, dilation and groups.
     """
+    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
+        return _dask().conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups,
+                                        output_size=output_size, backend=backend, algorithm=algorithm, out=out)
     call = prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
         xs, ws, stride, padding, output_padding, dilation, groups, output_size))
     return _backends.run(call, _backends.get(backend), algorithm)
@@ -85,6 +100,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is "im2col"
     (the CPU's only one today) or None. Other arguments as :func:`conv_transpose2d`.
     """
+    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
+        return _dask().conv2d(x, weight, bias, stride, padding, dilation, groups, backend=backend,
+                              algorithm=algorithm, out=out)
     call = prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
         xs, ws, stride, padding, dilation, groups))
     return _backends.run(call, _backends.get(backend), algorithm)

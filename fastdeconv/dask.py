@@ -1,0 +1,494 @@
+"""Dask: conv_transpose2d, conv2d and the layer objects over dask arrays, lazily and exactly.
+
+``pip install "fastdeconv[dask]"`` (dask[array], distributed, zarr). Then the ordinary functions take a
+``dask.array.Array`` and return one::
+
+    import dask.array as da, fastdeconv
+    x = da.from_zarr("image.zarr")                     # (N, H, W, C_in), chunked over N, H and W
+    y = fastdeconv.conv_transpose2d(x, w, b, stride=2, padding=1)   # lazy, nothing computed yet
+    y.to_zarr("upsampled.zarr")                        # computed block by block, on any scheduler
+
+``fastdeconv.ConvTranspose2d(w, b, ...)(x)`` does the same. numpy in, numpy out is unchanged, and
+``import fastdeconv`` never imports dask: this module is imported on the first dask array.
+
+Blocks
+------
+The result has the shape and dtype of the in-memory call and equals it to float rounding (each block
+is computed by the same C kernels, on the same algorithm, chosen once from the whole layer):
+
+* the batch axis keeps x's chunks, one to one;
+* the channel axis is one chunk: x is rechunked to a single C_in chunk (a block needs every input
+  channel of its groups), and C_out is one chunk;
+* height and width: output block boundaries are x's chunk boundaries times the stride (transposed
+  convolution) or divided by it, rounded up (convolution), so regular chunks give regular output
+  chunks (``to_zarr`` needs them); rechunk the result for others.
+
+Each output block is computed from exactly the input rows and columns that reach it, read from
+the block of x it lies over and from thin slices of its neighbours (only the slices travel between
+workers): no overlap-add, no seams, and chunks smaller than the halo work. Along one axis (rows;
+columns likewise), with kd = d·(k − 1) + 1, output block [a, b):
+
+* transposed convolution: output row oy receives input row iy through tap ky when
+  oy = iy·s − pad_begin + ky·d, so the block needs input rows
+  ``iy ∈ [⌈(a + pad_begin − d·(k − 1)) / s⌉, ⌊(b − 1 + pad_begin) / s⌋] ∩ [0, H − 1]``;
+  none (rows that no tap reaches) gives a block of just the bias. The block is the in-memory kernel
+  on that window [lo, hi] with pads (a + pad_begin − lo·s, f − b) or, where f = hi·s − pad_begin + kd
+  falls short of b, output_padding b − f: the window's full result covers [lo·s − pad_begin, f), and
+  the pads crop it to exactly [a, b). (lo is lowered, if needed, to ⌊(a + pad_begin) / s⌋ so that the
+  leading pad is never negative; that row reaches no output of the block.)
+* convolution: the block needs ``[a·s − pad_begin, (b − 1)·s − pad_begin + d·(k − 1)] ∩ [0, H − 1]``,
+  and its pads are the parts of that range outside the image (zeros, as in the in-memory call; a
+  block entirely in the padding is computed on zeros, so non-finite weights still propagate as the
+  formula says).
+
+Weights travel once per worker, not once per block: the graph holds one node with the weights,
+bias and parameters (:class:`BlockKernel`), which pickles to those numpy arrays and names (never to
+packed data). Each process packs the weights on first use and keeps them (at most
+``_KERNEL_CACHE_SIZE`` layers, least recently used first out), so a worker packs a layer once
+however many blocks and graphs use it.
+
+Threads and processes
+---------------------
+Every block runs the C kernels on ``fastdeconv.get_num_threads()`` threads of its worker. Dask runs
+several blocks at once (one per worker thread), so on each machine the workers' threads times
+fastdeconv's threads should not exceed the cores: :func:`configure_workers` sets that for a
+``dask.distributed`` cluster (distributed starts its workers with OMP_NUM_THREADS=1, so without it
+each block uses one thread). Workers must be started by "spawn" (distributed's default) or
+"forkserver": a process forked after its parent ran threaded calls computes serially (see
+``fastdeconv.set_num_threads``). With the local threaded scheduler, set
+``fastdeconv.set_num_threads(cores // dask threads)`` yourself.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+import threading
+
+import numpy as np
+
+try:
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    try:
+        from dask.task_spec import DataNode, List, Task, TaskRef
+    except ImportError:   # dask < 2025: the same classes, before they were public
+        from dask._task_spec import DataNode, List, Task, TaskRef
+except ImportError as error:
+    raise ImportError(
+        "fastdeconv got a dask array, and its Dask support needs dask: install the extra with "
+        f"`pip install \"fastdeconv[dask]\"` (dask[array], distributed, zarr). ({error})") from error
+
+from . import _backends, _cpu_backend
+from ._params import ConvGeometry, forward_output_size, kernel_extent, resolve_conv2d, resolve_conv_transpose2d
+from ._protocol import no_algorithms
+from ._validate import prepare
+
+__all__ = ["conv_transpose2d", "conv2d", "apply_layer", "configure_workers", "BlockKernel"]
+
+# Layers (weights, bias, parameters) whose packed weights a process keeps, most recently used last.
+_KERNEL_CACHE_SIZE = 8
+_kernels: collections.OrderedDict = collections.OrderedDict()
+_kernels_lock = threading.Lock()
+#: How many times this process packed a layer's weights for a dask block (what the tests count).
+packings = 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The public entry points (reached from fastdeconv.conv_transpose2d / conv2d / the layer objects)
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+                     output_size=None, backend="auto", algorithm=None, out=None):
+    """:func:`fastdeconv.conv_transpose2d` of a dask array: a lazy dask array of the result.
+
+    The arguments and the result's shape and dtype are the in-memory call's, and so are its errors,
+    raised here rather than at compute time. The channel axis of x is rechunked to one chunk; the
+    result's chunks are x's, times the stride along H and W (see the module docstring). ``out=`` is
+    not accepted (store the result with ``to_zarr`` or ``dask.array.store``).
+    """
+    x = _dask_input(x, out)
+    call = _prepare(x, weight, bias, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
+        xs, ws, stride, padding, output_padding, dilation, groups, output_size))
+    return _apply(x, call, backend, algorithm)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", algorithm=None,
+           out=None):
+    """:func:`fastdeconv.conv2d` of a dask array: a lazy dask array of the result.
+
+    As :func:`conv_transpose2d`; the result's chunks are x's divided by the stride (rounded up).
+    """
+    x = _dask_input(x, out)
+    call = _prepare(x, weight, bias, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
+        xs, ws, stride, padding, dilation, groups))
+    return _apply(x, call, backend, algorithm)
+
+
+def apply_layer(layer, x, *, output_size=None, out=None):
+    """``layer(x)`` for a layer object (``fastdeconv.ConvTranspose2d``) and a dask array x.
+
+    The same as the function with the layer's weights, bias, parameters, algorithm and backend; the
+    workers pack the weights themselves (once per process), the layer's own packed weights stay here.
+    """
+    from ._plan import ConvTranspose2d
+
+    if isinstance(layer, ConvTranspose2d):
+        return conv_transpose2d(x, layer.weight, layer.bias, **layer._kwargs, output_size=output_size,
+                                backend=layer.backend, algorithm=layer.algorithm, out=out)
+    # --- fastdeconv.Conv2d (the layer object for conv2d) goes here, once it exists: -----------------
+    #     if isinstance(layer, Conv2d):   # (output_size is not one of its arguments)
+    #         return conv2d(x, layer.weight, layer.bias, **layer._kwargs, backend=layer.backend,
+    #                       algorithm=layer.algorithm, out=out)
+    raise TypeError(f"layer must be a fastdeconv.ConvTranspose2d, got {type(layer).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation: the in-memory call's, on a stand-in of x's shape and dtype
+
+
+def _dask_input(x, out):
+    if not isinstance(x, da.Array):
+        raise TypeError(f"x must be a numpy array or a dask.array.Array, got {type(x).__module__}."
+                        f"{type(x).__name__}")
+    if out is not None:
+        raise TypeError("out= is not supported for a dask array x: the result is lazy; write it with "
+                        "result.to_zarr(...) or dask.array.store(result, target)")
+    if any(math.isnan(c) for chunks in x.chunks for c in chunks):
+        raise ValueError(f"x has unknown chunk sizes {x.chunks}: call x.compute_chunk_sizes() first")
+    if x.dtype.kind == "f" and not x.dtype.isnative:   # byte-swapped floats: the same values, native order
+        x = x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
+def _prepare(x, weight, bias, *, transposed, resolve):
+    """The in-memory call's validation (fastdeconv._validate.prepare), on a zero-stride stand-in of
+    x's shape and dtype: the same checks and error messages, no memory."""
+    stand_in = np.broadcast_to(np.empty((), dtype=x.dtype), x.shape)
+    return prepare(stand_in, weight, bias, None, transposed=transposed, resolve=resolve)
+
+
+def _apply(x, call, backend, algorithm):
+    """The lazy result of a validated call (x: the caller's dask array)."""
+    chosen = _backends.get(backend)
+    if chosen is _backends.AutoBackend:   # decided once for the whole layer, as the in-memory call does
+        chosen = chosen.choose(call, algorithm)
+    _backends.require(chosen)
+    if chosen is _cpu_backend.CPU:
+        # chosen here from the whole layer, so that every block runs the in-memory call's algorithm
+        algorithm = _cpu_backend.resolve_algorithm(algorithm, call.geometry)
+    elif chosen.name == "reference":
+        no_algorithms(chosen.name, algorithm)
+    g = call.geometry
+    kernel = _kernel(call.weight, call.bias, call.dtype, g.transposed, chosen.name, algorithm,
+                     (g.in_channels, g.out_channels, g.kernel_hw, g.stride, g.dilation, g.groups))
+    if call.unbatched:
+        x = x[np.newaxis]
+    if x.numblocks[3] > 1:
+        x = x.rechunk({3: -1})
+    y = _blockwise(x, kernel, call.geometry)
+    return y[0] if call.unbatched else y
+
+
+# ----------------------------------------------------------------------------------------------
+# The layer on its way to the workers
+
+
+class BlockKernel:
+    """A layer's weights, bias (in the result dtype) and parameters, as one node of a dask graph.
+
+    It pickles to those numpy arrays and names; a process that unpickles it (a worker) looks its
+    token up in the process's cache first, so the weights are packed once per process (per distinct
+    leading pad modulo the stride, which the packed tap tables depend on: one for the blocks this
+    module makes), however many blocks and graphs use the layer.
+    """
+
+    def __init__(self, weight, bias, dtype, transposed, backend, algorithm, layer_shape, token):
+        self.weight, self.bias, self.dtype = weight, bias, np.dtype(dtype)
+        self.transposed, self.backend, self.algorithm, self.token = transposed, backend, algorithm, token
+        # (C_in, C_out, kernel, stride, dilation, groups): what the packing depends on besides the pads
+        self.layer_shape = layer_shape
+        self._layers = {}
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return _kernel, (self.weight, self.bias, self.dtype.str, self.transposed, self.backend, self.algorithm,
+                         self.layer_shape, self.token)
+
+    def __repr__(self):
+        kind = "conv_transpose2d" if self.transposed else "conv2d"
+        return (f"BlockKernel({kind}, weight {self.weight.shape} {self.weight.dtype}, result {self.dtype}, "
+                f"backend={self.backend!r}, algorithm={self.algorithm!r})")
+
+    def layer(self, geometry: ConvGeometry):
+        """The backend's layer (packed weights) that runs blocks of this geometry."""
+        global packings
+        # The phase and depthwise kernels pack their tap tables from pad mod stride (src/algorithm.h,
+        # fd_phase_taps); im2col's packing reads no pad. Blocks that agree there share the packing.
+        key = (geometry.pad[0][0] % geometry.stride[0], geometry.pad[1][0] % geometry.stride[1]) \
+            if self.transposed else ()
+        layer = self._layers.get(key)
+        if layer is None:
+            with self._lock:
+                layer = self._layers.get(key)
+                if layer is None:
+                    layer = _backends.get(self.backend).layer(self.weight, self.bias, self.dtype, geometry,
+                                                              self.algorithm)
+                    self._layers[key] = layer
+                    packings += 1
+        return layer
+
+
+def _kernel(weight, bias, dtype, transposed, backend, algorithm, layer_shape, token=None):
+    """The process's BlockKernel for these weights and parameters (made, or found in its cache)."""
+    if token is None:
+        token = tokenize(weight, bias, np.dtype(dtype).str, transposed, backend, algorithm, layer_shape)
+    with _kernels_lock:
+        kernel = _kernels.get(token)
+        if kernel is not None:
+            _kernels.move_to_end(token)
+            return kernel
+        kernel = _kernels[token] = BlockKernel(weight, bias, dtype, transposed, backend, algorithm, layer_shape,
+                                               token)
+        while len(_kernels) > _KERNEL_CACHE_SIZE:
+            _kernels.popitem(last=False)
+        return kernel
+
+
+# ----------------------------------------------------------------------------------------------
+# Windows: which input rows (columns) each output block needs, and the pads that crop to it
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """One output block's input range along one axis.
+
+    kind "data": input rows [begin, end) with the block's pads and output_padding; "bias"
+    (transposed): no input row reaches the block; "zeros" (convolution): the block lies entirely in
+    the padding, computed on ``length`` zero rows.
+    """
+
+    kind: str
+    begin: int
+    end: int
+    length: int
+    pads: tuple
+    output_padding: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _transposed_window(a, b, size_in, kernel, stride, dilation, pad_begin) -> _Window:
+    reach = dilation * (kernel - 1)
+    lo = max(0, _ceil_div(a + pad_begin - reach, stride))
+    hi = min(size_in - 1, (b - 1 + pad_begin) // stride)
+    if lo > hi:
+        return _Window("bias", 0, 0, 0, (0, 0), 0)
+    lo = min(lo, (a + pad_begin) // stride)   # keeps the leading pad >= 0; row lo then reaches no output >= a
+    full_end = hi * stride - pad_begin + reach + 1   # the window's uncropped result is [lo·s − pad_begin, full_end)
+    return _Window("data", lo, hi + 1, hi + 1 - lo, (a + pad_begin - lo * stride, max(full_end - b, 0)),
+                   max(b - full_end, 0))
+
+
+def _forward_window(a, b, size_in, kernel, stride, dilation, pad_begin) -> _Window:
+    last = (b - 1) * stride - pad_begin + dilation * (kernel - 1)
+    lo, hi = max(0, a * stride - pad_begin), min(size_in - 1, last)
+    if lo > hi:
+        return _Window("zeros", 0, 0, (b - a - 1) * stride + kernel_extent(kernel, dilation), (0, 0), 0)
+    return _Window("data", lo, hi + 1, hi + 1 - lo, (lo + pad_begin - a * stride, last - hi), 0)
+
+
+def _output_bounds(in_chunks, size_out: int, stride: int, transposed: bool) -> list:
+    """Output block boundaries along one axis: x's chunk boundaries times the stride (divided by it,
+    rounded up, for a convolution), within (0, size_out), then size_out."""
+    bounds, edge = [0], 0
+    for chunk in in_chunks:
+        edge += chunk
+        bound = edge * stride if transposed else _ceil_div(edge, stride)
+        if bounds[-1] < bound < size_out:
+            bounds.append(bound)
+    bounds.append(size_out)
+    return bounds
+
+
+def _block_output(geometry: ConvGeometry, axis: int) -> int:
+    """One axis of a block geometry's output size, from its own pads (the check of the windows)."""
+    m, k, s, d = geometry.input_hw[axis], geometry.kernel_hw[axis], geometry.stride[axis], geometry.dilation[axis]
+    p0, p1 = geometry.pad[axis]
+    if geometry.transposed:
+        return (m - 1) * s - p0 - p1 + kernel_extent(k, d) + geometry.output_padding[axis]
+    return forward_output_size(m, k, s, d, p0, p1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The graph
+
+
+def _pieces(begin, end, chunks):
+    """The parts of input blocks that cover rows [begin, end): (block index, start, stop within the
+    block, whether that is the whole block, offset in the window)."""
+    parts, edge = [], 0
+    for index, size in enumerate(chunks):
+        start, stop = max(begin, edge), min(end, edge + size)
+        if start < stop:
+            parts.append((index, start - edge, stop - edge, stop - start == size, start - begin))
+        edge += size
+    return parts
+
+
+def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
+    """The lazy result of ``kernel`` over x (N, H, W, C_in, one chunk along C_in) for ``geometry``
+    (the whole call's). The machinery is the same for every layer kind: the geometry says which.
+
+    Graph: one node for the kernel; per output block one task, which depends on the kernel, on the
+    blocks of x that its window covers completely, and on slices of those it covers in part (tasks of
+    their own, so that only the slice travels to another worker).
+    """
+    transposed = geometry.transposed
+    window_of = _transposed_window if transposed else _forward_window
+    axes = []
+    for axis in (0, 1):
+        bounds = _output_bounds(x.chunks[1 + axis], geometry.output_hw[axis], geometry.stride[axis], transposed)
+        windows = [window_of(a, b, geometry.input_hw[axis], geometry.kernel_hw[axis], geometry.stride[axis],
+                             geometry.dilation[axis], geometry.pad[axis][0]) for a, b in zip(bounds, bounds[1:])]
+        axes.append((bounds, windows))
+    (row_bounds, row_windows), (col_bounds, col_windows) = axes
+    out_chunks = (x.chunks[0], tuple(np.diff(row_bounds).tolist()), tuple(np.diff(col_bounds).tolist()),
+                  (geometry.out_channels,))
+
+    operation = "conv_transpose2d" if transposed else "conv2d"
+    name = f"{operation}-{tokenize(x.name, kernel.token, geometry)}"
+    slice_name = f"{operation}-halo-{tokenize(name)}"
+    kernel_key = f"fastdeconv-kernel-{kernel.token}"
+    kernel_ref = TaskRef(kernel_key)
+    layer = {kernel_key: DataNode(kernel_key, kernel)}
+    row_pieces = [_pieces(w.begin, w.end, x.chunks[1]) for w in row_windows]
+    col_pieces = [_pieces(w.begin, w.end, x.chunks[2]) for w in col_windows]
+    geometries = {}
+    for ib, nb in enumerate(x.chunks[0]):
+        for jr, (rw, r0, r1) in enumerate(zip(row_windows, row_bounds, row_bounds[1:])):
+            for jc, (cw, c0, c1) in enumerate(zip(col_windows, col_bounds, col_bounds[1:])):
+                key = (name, ib, jr, jc, 0)
+                if "bias" in (rw.kind, cw.kind):
+                    layer[key] = Task(key, _bias_block, kernel_ref, (nb, r1 - r0, c1 - c0, geometry.out_channels))
+                    continue
+                shape = (nb, rw.length, cw.length, rw.pads, cw.pads, rw.output_padding, cw.output_padding)
+                block = geometries.get(shape)
+                if block is None:
+                    block = geometries[shape] = dataclasses.replace(
+                        geometry, batch=nb, input_hw=(rw.length, cw.length), pad=(rw.pads, cw.pads),
+                        output_padding=(rw.output_padding, cw.output_padding), output_hw=(r1 - r0, c1 - c0))
+                    assert (_block_output(block, 0), _block_output(block, 1)) == block.output_hw, block
+                refs, offsets = [], []
+                if "zeros" not in (rw.kind, cw.kind):
+                    for rb, rs, re, r_whole, r_at in row_pieces[jr]:
+                        for cb, cs, ce, c_whole, c_at in col_pieces[jc]:
+                            source = (x.name, ib, rb, cb, 0)
+                            if r_whole and c_whole:
+                                refs.append(TaskRef(source))
+                            else:
+                                part = (slice_name, ib, rb, cb, rs, re, cs, ce)
+                                if part not in layer:
+                                    layer[part] = Task(part, _slice, TaskRef(source), rs, re, cs, ce)
+                                refs.append(TaskRef(part))
+                            offsets.append((r_at, c_at))
+                layer[key] = Task(key, _run_block, kernel_ref, List(*refs), tuple(offsets), block)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    return da.Array(graph, name, out_chunks, meta=np.empty((0, 0, 0, 0), dtype=kernel.dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# The tasks
+
+
+def _slice(block, row_start, row_stop, col_start, col_stop):
+    """Part of a neighbour's block, copied: only it travels, and the block can be freed early."""
+    return block[:, row_start:row_stop, col_start:col_stop].copy()
+
+
+def _bias_block(kernel: BlockKernel, shape):
+    """A block that no tap reaches: the bias (zero without one)."""
+    block = np.empty(shape, dtype=kernel.dtype)
+    block[...] = 0 if kernel.bias is None else kernel.bias
+    return block
+
+
+def _run_block(kernel: BlockKernel, pieces, offsets, geometry: ConvGeometry):
+    """One output block: its window assembled from the pieces (zeros where there are none: a block in
+    the padding), then the in-memory kernel with the block's pads."""
+    layer = kernel.layer(geometry)
+    shape = geometry.input_shape
+    if len(pieces) == 1 and pieces[0].shape == shape:
+        window = np.ascontiguousarray(pieces[0], dtype=layer.dtype)
+    else:
+        window = np.zeros(shape, dtype=layer.dtype) if not pieces else np.empty(shape, dtype=layer.dtype)
+        for piece, (row, col) in zip(pieces, offsets):
+            window[:, row:row + piece.shape[1], col:col + piece.shape[2]] = piece
+    return layer.bind(geometry)(window, None).astype(kernel.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# dask.distributed
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def configure_workers(client, threads=None) -> dict:
+    """Set fastdeconv's thread count in every worker of a ``dask.distributed`` client.
+
+    By default each machine's cores are shared out: threads = max(1, cores // the dask threads of all
+    workers on that machine), so that workers × their threads × fastdeconv's threads ≤ cores (the
+    cores are the worker process's CPU affinity). ``threads=n`` sets n everywhere instead. Registered
+    as a worker plugin, so workers that join or restart later get the same setting (a machine not seen
+    here: cores // that worker's threads). Returns {worker address: fastdeconv threads}.
+
+    1 worker × 2 threads on 2 cores: 1 fastdeconv thread per block, 2 blocks at a time;
+    2 workers × 1 thread: the same; 1 worker × 1 thread: 2 fastdeconv threads.
+    """
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
+    hosts = client.run(_host)
+    cores = client.run(_cores)
+    busy = collections.Counter()
+    for address, nthreads in client.nthreads().items():
+        if address in hosts:
+            busy[hosts[address]] += nthreads
+    per_host = {hosts[a]: threads or max(1, cores[a] // max(1, busy[hosts[a]])) for a in hosts}
+
+    class FastdeconvThreads(WorkerPlugin):
+        """fastdeconv.set_num_threads in each worker (see fastdeconv.dask.configure_workers)."""
+
+        def __init__(self, per_host, threads):
+            self.per_host, self.threads = per_host, threads
+
+        def setup(self, worker):
+            import fastdeconv
+            from fastdeconv.dask import _cores, _host
+
+            n = self.threads or self.per_host.get(_host()) or max(1, _cores() // max(1, worker.state.nthreads))
+            fastdeconv.set_num_threads(n)
+
+    client.register_plugin(FastdeconvThreads(per_host, threads), name="fastdeconv-threads")
+    from . import get_num_threads
+
+    return client.run(get_num_threads)
