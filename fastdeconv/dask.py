@@ -85,6 +85,7 @@ except ImportError as error:
         f"`pip install \"fastdeconv[dask]\"` (dask[array], distributed, zarr). ({error})") from error
 
 from . import _backends, _cpu_backend
+from ._api import conv_transpose2d as _in_memory_conv_transpose2d
 from ._params import ConvGeometry, forward_output_size, kernel_extent, resolve_conv2d, resolve_conv_transpose2d
 from ._protocol import no_algorithms
 from ._validate import prepare
@@ -331,6 +332,45 @@ def _block_output(geometry: ConvGeometry, axis: int) -> int:
 # The graph
 
 
+def _row_segments(a, b, window: _Window, chunks, geometry: ConvGeometry, window_of) -> list:
+    """Output rows [a, b) of a block, cut where the input rows they need change block of x:
+    [(row_begin, row_end, window)] with each part's own window. A part whose window lies in one
+    block of x runs on that block's rows directly (no copy of the input); the parts across a block
+    edge on windows assembled from the pieces. A transposed convolution's cuts fall on multiples of
+    the stride, so that every part has the block's leading pad modulo the stride (one packing of the
+    weights)."""
+    size_in, k, s, d, pad_begin = (geometry.input_hw[0], geometry.kernel_hw[0], geometry.stride[0],
+                                   geometry.dilation[0], geometry.pad[0][0])
+    reach = d * (k - 1)
+    rows = np.arange(a, b)
+    if geometry.transposed:
+        lo, hi = np.maximum(0, -((reach - rows - pad_begin) // s)), np.minimum(size_in - 1, (rows + pad_begin) // s)
+    else:
+        lo, hi = np.maximum(0, rows * s - pad_begin), np.minimum(size_in - 1, rows * s - pad_begin + reach)
+    edges = np.cumsum((0,) + tuple(chunks))
+    block_lo, block_hi = np.searchsorted(edges, lo, "right") - 1, np.searchsorted(edges, hi, "right") - 1
+    # the block of x each row reads (-1: two or more; rows that read nothing go with their neighbours)
+    kind = np.where(lo > hi, -2, np.where(block_lo == block_hi, block_lo, -1))
+    cuts, current = {a, b}, None
+    for row, row_kind in zip(rows.tolist(), kind.tolist()):
+        if row_kind == -2 or row_kind == current:
+            continue
+        if current is not None:
+            if geometry.transposed and row % s:
+                # onto a multiple of the stride (as a and b are), the part that reads one block shrinking
+                row = min(row - row % s + (s if current < 0 else 0), b)
+            cuts.add(row)
+        current = row_kind
+    cuts = sorted(cuts)
+    parts = []
+    for begin, end in zip(cuts, cuts[1:]):
+        part = window_of(begin, end, size_in, k, s, d, pad_begin)
+        if part.kind != "data" or not window.begin <= part.begin < part.end <= window.end:
+            return [(a, b, window)]
+        parts.append((begin, end, part))
+    return parts
+
+
 def _pieces(begin, end, chunks):
     """The parts of input blocks that cover rows [begin, end): (block index, start, stop within the
     block, whether that is the whole block, offset in the window)."""
@@ -371,6 +411,8 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
     layer = {kernel_key: DataNode(kernel_key, kernel)}
     row_pieces = [_pieces(w.begin, w.end, x.chunks[1]) for w in row_windows]
     col_pieces = [_pieces(w.begin, w.end, x.chunks[2]) for w in col_windows]
+    row_segments = [_row_segments(a, b, w, x.chunks[1], geometry, window_of) if w.kind == "data" else None
+                    for a, b, w in zip(row_bounds, row_bounds[1:], row_windows)]
     geometries = {}
     for ib, nb in enumerate(x.chunks[0]):
         for jr, (rw, r0, r1) in enumerate(zip(row_windows, row_bounds, row_bounds[1:])):
@@ -379,13 +421,13 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
                 if "bias" in (rw.kind, cw.kind):
                     layer[key] = Task(key, _bias_block, kernel_ref, (nb, r1 - r0, c1 - c0, geometry.out_channels))
                     continue
-                shape = (nb, rw.length, cw.length, rw.pads, cw.pads, rw.output_padding, cw.output_padding)
-                block = geometries.get(shape)
-                if block is None:
-                    block = geometries[shape] = dataclasses.replace(
-                        geometry, batch=nb, input_hw=(rw.length, cw.length), pad=(rw.pads, cw.pads),
-                        output_padding=(rw.output_padding, cw.output_padding), output_hw=(r1 - r0, c1 - c0))
-                    assert (_block_output(block, 0), _block_output(block, 1)) == block.output_hw, block
+                # Rows cut into parts that read one block of x each (no copy), where the output rows
+                # of a part are contiguous in memory: one image, and columns from one whole block of x.
+                whole_columns = cw.kind == "data" and len(col_pieces[jc]) == 1 and col_pieces[jc][0][3]
+                parts = row_segments[jr] if nb == 1 and whole_columns and rw.kind == "data" else [(r0, r1, rw)]
+                segments = tuple((a - r0, b - r0, part.begin - rw.begin, part.end - rw.begin,
+                                  _block_geometry(geometries, geometry, nb, part, cw, b - a, c1 - c0))
+                                 for a, b, part in parts)
                 refs, offsets = [], []
                 if "zeros" not in (rw.kind, cw.kind):
                     for rb, rs, re, r_whole, r_at in row_pieces[jr]:
@@ -399,9 +441,23 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
                                     layer[part] = Task(part, _slice, TaskRef(source), rs, re, cs, ce)
                                 refs.append(TaskRef(part))
                             offsets.append((r_at, c_at))
-                layer[key] = Task(key, _run_block, kernel_ref, List(*refs), tuple(offsets), block)
+                layer[key] = Task(key, _run_block, kernel_ref, List(*refs), tuple(offsets),
+                                  (nb, r1 - r0, c1 - c0, geometry.out_channels), segments)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
     return da.Array(graph, name, out_chunks, meta=np.empty((0, 0, 0, 0), dtype=kernel.dtype))
+
+
+def _block_geometry(cache: dict, geometry: ConvGeometry, batch, rows: _Window, cols: _Window, height, width):
+    """The geometry that computes exactly one block (or part of one) from its window."""
+    key = (batch, rows.length, cols.length, rows.pads, cols.pads, rows.output_padding, cols.output_padding)
+    block = cache.get(key)
+    if block is None:
+        block = cache[key] = dataclasses.replace(
+            geometry, batch=batch, input_hw=(rows.length, cols.length), pad=(rows.pads, cols.pads),
+            output_padding=(rows.output_padding, cols.output_padding), output_hw=(height, width))
+    # the windows' pads give exactly the block's size (the check of _transposed_window / _forward_window)
+    assert (_block_output(block, 0), _block_output(block, 1)) == (height, width), (block, height, width)
+    return block
 
 
 # ----------------------------------------------------------------------------------------------
@@ -420,18 +476,47 @@ def _bias_block(kernel: BlockKernel, shape):
     return block
 
 
-def _run_block(kernel: BlockKernel, pieces, offsets, geometry: ConvGeometry):
-    """One output block: its window assembled from the pieces (zeros where there are none: a block in
-    the padding), then the in-memory kernel with the block's pads."""
-    layer = kernel.layer(geometry)
-    shape = geometry.input_shape
-    if len(pieces) == 1 and pieces[0].shape == shape:
-        window = np.ascontiguousarray(pieces[0], dtype=layer.dtype)
-    else:
-        window = np.zeros(shape, dtype=layer.dtype) if not pieces else np.empty(shape, dtype=layer.dtype)
-        for piece, (row, col) in zip(pieces, offsets):
-            window[:, row:row + piece.shape[1], col:col + piece.shape[2]] = piece
-    return layer.bind(geometry)(window, None).astype(kernel.dtype, copy=False)
+def _run_block(kernel: BlockKernel, pieces, offsets, shape, segments):
+    """One output block of ``shape``, in parts (usually one) of rows [row_begin, row_end) computed
+    from window rows [window_begin, window_end) by the in-memory kernel with the part's geometry.
+    A part's window is a view of one piece when it lies in one (no copy), else it is assembled from
+    the pieces; with no pieces at all (a convolution block in the padding) it is zeros."""
+    if len(segments) == 1:   # the whole block at once: its output is the kernel's own buffer
+        (_, _, begin, end, geometry), = segments
+        layer = kernel.layer(geometry)
+        return _run(layer, geometry, _window(pieces, offsets, begin, end, geometry.input_shape, layer.dtype),
+                    None).astype(kernel.dtype, copy=False)
+    block = None
+    for row_begin, row_end, begin, end, geometry in segments:
+        layer = kernel.layer(geometry)
+        if block is None:
+            block = np.empty(shape, dtype=layer.dtype)
+        # one image: its rows [row_begin, row_end) are C-contiguous, as the kernel writes them
+        _run(layer, geometry, _window(pieces, offsets, begin, end, geometry.input_shape, layer.dtype),
+             block[:, row_begin:row_end])
+    return block.astype(kernel.dtype, copy=False)
+
+
+def _window(pieces, offsets, begin, end, shape, dtype):
+    """Rows [begin, end) of a block's window (N, rows, W, C_in), C-contiguous, in ``dtype``."""
+    for piece, (row, col) in zip(pieces, offsets):
+        if row <= begin and end <= row + piece.shape[1] and col == 0 and piece.shape[2] == shape[2]:
+            return np.ascontiguousarray(piece[:, begin - row:end - row], dtype=dtype)   # a view when it can be
+    window = np.empty(shape, dtype=dtype) if pieces else np.zeros(shape, dtype=dtype)
+    for piece, (row, col) in zip(pieces, offsets):
+        first, last = max(begin, row), min(end, row + piece.shape[1])
+        if first < last:
+            window[:, first - begin:last - begin, col:col + piece.shape[2]] = piece[:, first - row:last - row]
+    return window
+
+
+def _run(layer, geometry, window, buffer):
+    """The backend's run on a window; the result in ``buffer`` when given (a backend that returns an
+    array of its own, as the reference does, is copied there)."""
+    result = layer.bind(geometry)(window, buffer)
+    if buffer is not None and result is not buffer:
+        buffer[...] = result
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,3 +577,142 @@ def configure_workers(client, threads=None) -> dict:
     from . import get_num_threads
 
     return client.run(get_num_threads)
+
+
+# ----------------------------------------------------------------------------------------------
+# python -m fastdeconv dask-demo
+
+
+def bilinear_upsampling_weight(channels: int, dtype=np.float32) -> np.ndarray:
+    """The depthwise 2× bilinear upsampling kernel (C, 4, 4, 1), for stride=2, padding=1, groups=C:
+    the outer product of (1, 3, 3, 1) / 4 (FCN's initialisation of its upsampling layers)."""
+    taps = np.array([0.25, 0.75, 0.75, 0.25])
+    weight = np.zeros((channels, 4, 4, 1))
+    weight[..., 0] = np.outer(taps, taps)
+    return weight.astype(dtype)
+
+
+def _demo_parser(prog):
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Upsample a synthetic image 2× (bilinear, a depthwise conv_transpose2d k4 s2 p1) "
+        "from zarr to zarr with dask, with a progress bar, and report the throughput. The input is made first "
+        "(random values, written to DIR/input.zarr); the output is DIR/output.zarr. Both are removed at the end "
+        "unless --keep.",
+        epilog="Larger than memory: the output of `--size 24000 24000 --channels 3` is 25.7 GiB (the input 6.4 "
+        "GiB), more than a 16 or 24 GiB machine holds; about 33 GiB of disk. Process workers with memory limits: "
+        "add `--workers 2 --memory-limit 2GiB`.")
+    parser.add_argument("--size", type=int, nargs=2, default=(2048, 2048), metavar=("H", "W"),
+                        help="input height and width (default 2048 2048; the output is twice each)")
+    parser.add_argument("--channels", type=int, default=3, help="channels (default 3)")
+    parser.add_argument("--chunk", type=int, default=512, help="input chunk side (default 512; output: twice)")
+    parser.add_argument("--dtype", choices=("float32", "float16", "float64"), default="float32")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="process workers of a dask.distributed LocalCluster (default 0: dask's threaded "
+                             "scheduler in this process)")
+    parser.add_argument("--threads-per-worker", type=int, default=None,
+                        help="dask threads per worker (default: cores // workers)")
+    parser.add_argument("--memory-limit", default="auto", help="per worker, e.g. 2GiB (default: distributed's)")
+    parser.add_argument("--dir", default=None, help="where the zarr arrays go (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep input.zarr and output.zarr")
+    return parser
+
+
+def demo(argv=None, prog="fastdeconv dask-demo") -> int:
+    """``python -m fastdeconv dask-demo``: see ``--help``."""
+    import resource
+    import shutil
+    import tempfile
+    import time
+
+    args = _demo_parser(prog).parse_args(argv)
+    height, width = args.size
+    if min(height, width, args.channels, args.chunk) < 1 or args.workers < 0:
+        raise SystemExit(f"{prog}: error: sizes, --channels and --chunk must be >= 1 and --workers >= 0")
+    folder = args.dir or tempfile.mkdtemp(prefix="fastdeconv-dask-demo-")
+    os.makedirs(folder, exist_ok=True)
+    source, target = os.path.join(folder, "input.zarr"), os.path.join(folder, "output.zarr")
+    dtype = np.dtype(args.dtype)
+    client = cluster = None
+    try:
+        if args.workers:
+            from distributed import Client, LocalCluster, progress
+
+            threads = args.threads_per_worker or max(1, _cores() // args.workers)
+            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=threads, processes=True,
+                                   memory_limit=args.memory_limit, dashboard_address=None)
+            client = Client(cluster)
+            per_worker = configure_workers(client)
+            print(f"LocalCluster: {args.workers} process workers x {threads} threads, memory limit "
+                  f"{args.memory_limit}; fastdeconv threads per worker: {sorted(set(per_worker.values()))}")
+        else:
+            from dask.diagnostics import ProgressBar
+
+            threads = _cores()
+            print(f"dask's threaded scheduler: {threads} threads, 1 fastdeconv thread per block")
+        chunks = (1, args.chunk, args.chunk, args.channels)
+        x = da.random.default_rng(0).random((1, height, width, args.channels), chunks=chunks, dtype=np.float32)
+        started = time.perf_counter()
+        _store(x.astype(dtype), source, client, threads, progress if client else ProgressBar, "input")
+        print(f"input:  {source} {x.shape} {dtype}, {x.nbytes * dtype.itemsize / 4 / 2**30:.2f} GiB, written in "
+              f"{time.perf_counter() - started:.1f} s")
+
+        weight = bilinear_upsampling_weight(args.channels, dtype)
+        y = conv_transpose2d(da.from_zarr(source), weight, stride=2, padding=1, groups=args.channels)
+        print(f"output: {target} {y.shape} {y.dtype}, {y.nbytes / 2**30:.2f} GiB in {y.npartitions} blocks of "
+              f"{y.chunksize}")
+        started = time.perf_counter()
+        _store(y, target, client, threads, progress if client else ProgressBar, "output")
+        seconds = time.perf_counter() - started
+        pixels = y.shape[1] * y.shape[2]
+        print(f"upsampled in {seconds:.1f} s: {y.nbytes / seconds / 1e6:.0f} MB/s written, "
+              f"{pixels / seconds / 1e6:.1f} Mpixel/s")
+        if client is None:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        else:
+            peak = max(client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024).values())
+        print(f"peak memory of {'this process' if client is None else 'a worker'}: {peak / 2**20:.0f} MiB "
+              f"(the output is {y.nbytes / 2**20:.0f} MiB)")
+
+        # one tile against the in-memory call (output rows/columns away from the tile's cut edges)
+        import zarr
+
+        tile = min(64, height, width)
+        window = zarr.open_array(source)[:, :tile, :tile]
+        expected = _in_memory_conv_transpose2d(window, weight, stride=2, padding=1, groups=args.channels)
+        rows, cols = (2 * tile if tile == height else 2 * tile - 2), (2 * tile if tile == width else 2 * tile - 2)
+        got = zarr.open_array(target)[:, :rows, :cols]
+        error = float(np.max(np.abs(got.astype(np.float64) - expected[:, :rows, :cols])))
+        print(f"checked: the top-left {rows}x{cols} output pixels against the in-memory call, max |difference| "
+              f"{error:.3g}")
+        return 0 if error <= 10 * np.finfo(dtype).eps else 1   # values in [0, 1): a few ulps at most
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+        if not args.keep:
+            shutil.rmtree(source, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)
+            if args.dir is None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _store(array, path, client, threads, progress_bar, label):
+    """array.to_zarr(path) (uncompressed: random values do not compress), with a progress bar."""
+    store = da.to_zarr(array, path, compressors=None, overwrite=True, compute=False)
+    if client is None:
+        from . import get_num_threads, set_num_threads
+
+        previous = get_num_threads()
+        set_num_threads(1)   # dask runs `threads` blocks at a time: 1 fastdeconv thread each
+        try:
+            with progress_bar():
+                dask.compute(store, scheduler="threads", num_workers=threads)
+        finally:
+            set_num_threads(previous)
+    else:
+        future = client.compute(store)
+        progress_bar(future)
+        future.result()
+        print()

@@ -155,6 +155,22 @@ def test_a_convolution_block_entirely_in_the_padding_multiplies_its_taps():
     np.testing.assert_array_equal(got, expected)   # NaNs in the same places (array_equal treats them equal)
 
 
+@pytest.mark.parametrize("dtype, backend", [("float32", "auto"), ("float16", "auto"), ("float64", "reference")])
+@pytest.mark.parametrize("op", ["t", "c"])
+def test_row_bands_run_on_the_blocks_of_x_without_copying_them(op, dtype, backend):
+    """Chunks of whole rows, one image each: a block's rows are computed in parts that read one
+    block of x each (views of it) and parts across block edges (assembled), into one buffer."""
+    case = Case(op=op, n=2, hw=(40, 13), c_in=3, c_out=4, kernel=(4, 3), stride=2, padding=1, dtype=dtype)
+    x, w, b = case.arrays()
+    y = fastdeconv.conv_transpose2d if op == "t" else fastdeconv.conv2d
+    got = y(da.from_array(x, chunks=(1, 10, 13, 3)), w, b, **case.kwargs(), backend=backend)
+    parts = [len(task.args[-1]) for task in dict(got.__dask_graph__()).values()
+             if getattr(task, "func", None) is fdask._run_block]
+    assert max(parts) == 3, parts   # above the top edge of x's block, within it, below its bottom edge
+    expected = y(x, w, b, **case.kwargs(), backend="cpu" if backend == "auto" else backend)
+    assert_close(got.compute(), expected, case.result_dtype, case.k)
+
+
 def test_unbatched_input():
     case = Case(op="t", unbatched=True, hw=(9, 7), c_in=3, c_out=2, kernel=(3, 3), stride=2, padding=1,
                 output_padding=1, dtype="float32")
@@ -254,6 +270,19 @@ def test_the_graph_holds_the_weights_once_and_packs_them_once():
     y.compute(scheduler="sync")
     y.compute(scheduler="threads")
     assert fdask.packings - before == 1
+
+
+def test_dask_demo(tmp_path, capsys):
+    """The command line demo on the threaded scheduler, small: it writes, checks and reports."""
+    pytest.importorskip("zarr")
+    from fastdeconv.__main__ import main
+
+    assert main(["dask-demo", "--size", "100", "90", "--channels", "2", "--chunk", "32", "--dir", str(tmp_path),
+                 "--keep"]) == 0
+    out = capsys.readouterr().out
+    assert "output: " in out and "(1, 200, 180, 2) float32" in out and "MB/s written" in out
+    assert "checked: the top-left 126x126 output pixels against the in-memory call" in out
+    assert (tmp_path / "output.zarr").is_dir()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -58,3 +58,10 @@ def test_numpy_calls_are_unchanged_without_dask(without_dask):
     assert type(y) is np.ndarray and y.shape == (2, 11, 9, 2)
     np.testing.assert_array_equal(fastdeconv.ConvTranspose2d(w, stride=2)(x), y)
     assert "fastdeconv.dask" not in sys.modules
+
+
+def test_dask_demo_without_dask_names_the_extra(without_dask, capsys):
+    from fastdeconv.__main__ import main
+
+    assert main(["dask-demo"], prog="fastdeconv") == 1
+    assert 'pip install "fastdeconv[dask]"' in capsys.readouterr().err
