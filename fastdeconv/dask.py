@@ -699,8 +699,14 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
 
 
 def _store(array, path, client, threads, progress_bar, label):
-    """array.to_zarr(path) (uncompressed: random values do not compress), with a progress bar."""
-    store = da.to_zarr(array, path, compressors=None, overwrite=True, compute=False)
+    """The array into a new zarr array at path, chunk for chunk (uncompressed: random values do not
+    compress), with a progress bar. zarr's own create_array, then dask.array.store: the same on every
+    dask version (to_zarr's keywords for zarr 3 changed)."""
+    import zarr
+
+    target = zarr.create_array(path, shape=array.shape, chunks=array.chunksize, dtype=array.dtype, compressors=None,
+                               overwrite=True)
+    store = da.store(array, target, lock=False, compute=False)
     if client is None:
         from . import get_num_threads, set_num_threads
 
