@@ -530,6 +530,24 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def peak_memory() -> int:
+    """This process's peak resident memory in bytes: VmHWM on Linux, which starts afresh at exec (a
+    spawned worker's ru_maxrss also counts its parent's pages from the fork before the exec),
+    ru_maxrss elsewhere (kilobytes on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
 def _host() -> str:
     import socket
 
@@ -621,7 +639,6 @@ def _demo_parser(prog):
 
 def demo(argv=None, prog="fastdeconv dask-demo") -> int:
     """``python -m fastdeconv dask-demo``: see ``--help``."""
-    import resource
     import shutil
     import tempfile
     import time
@@ -668,10 +685,7 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
         pixels = y.shape[1] * y.shape[2]
         print(f"upsampled in {seconds:.1f} s: {y.nbytes / seconds / 1e6:.0f} MB/s written, "
               f"{pixels / seconds / 1e6:.1f} Mpixel/s")
-        if client is None:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        else:
-            peak = max(client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024).values())
+        peak = peak_memory() if client is None else max(client.run(peak_memory).values())
         print(f"peak memory of {'this process' if client is None else 'a worker'}: {peak / 2**20:.0f} MiB "
               f"(the output is {y.nbytes / 2**20:.0f} MiB)")
 
