@@ -1,4 +1,4 @@
-"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv ...``."""
+"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv``."""
 
 from __future__ import annotations
 
