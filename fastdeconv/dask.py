@@ -162,15 +162,16 @@ def _dask_input(x, out):
                         "result.to_zarr(...) or dask.array.store(result, target)")
     if any(math.isnan(c) for chunks in x.chunks for c in chunks):
         raise ValueError(f"x has unknown chunk sizes {x.chunks}: call x.compute_chunk_sizes() first")
-    if x.dtype.kind == "f" and not x.dtype.isnative:   # byte-swapped floats: the same values, native order
-        x = x.astype(x.dtype.newbyteorder("="))
+    dtype = np.dtype(x.dtype)
+    if dtype.kind == "f" and not dtype.isnative:   # byte-swapped floats: the same values, native order
+        x = x.astype(dtype.newbyteorder("="))
     return x
 
 
 def _prepare(x, weight, bias, *, transposed, resolve):
     """The in-memory call's validation (fastdeconv._validate.prepare), on a zero-stride stand-in of
     x's shape and dtype: the same checks and error messages, no memory."""
-    stand_in = np.broadcast_to(np.empty((), dtype=x.dtype), x.shape)
+    stand_in = np.broadcast_to(np.empty((), dtype=np.dtype(x.dtype)), x.shape)
     return prepare(stand_in, weight, bias, None, transposed=transposed, resolve=resolve)
 
 
@@ -404,7 +405,11 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
                   (geometry.out_channels,))
 
     operation = "conv_transpose2d" if transposed else "conv2d"
-    name = f"{operation}-{tokenize(x.name, kernel.token, geometry)}"
+    x_keys = x.__dask_keys__()
+    while isinstance(x_keys, list):
+        x_keys = x_keys[0]
+    x_name = x_keys[0]   # x.name, except under array query planning, whose graph names its keys anew
+    name = f"{operation}-{tokenize(x_name, kernel.token, geometry)}"
     slice_name = f"{operation}-halo-{tokenize(name)}"
     kernel_key = f"fastdeconv-kernel-{kernel.token}"
     kernel_ref = TaskRef(kernel_key)
@@ -432,7 +437,7 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
                 if "zeros" not in (rw.kind, cw.kind):
                     for rb, rs, re, r_whole, r_at in row_pieces[jr]:
                         for cb, cs, ce, c_whole, c_at in col_pieces[jc]:
-                            source = (x.name, ib, rb, cb, 0)
+                            source = (x_name, ib, rb, cb, 0)
                             if r_whole and c_whole:
                                 refs.append(TaskRef(source))
                             else:
@@ -443,8 +448,19 @@ def _blockwise(x, kernel: BlockKernel, geometry: ConvGeometry):
                             offsets.append((r_at, c_at))
                 layer[key] = Task(key, _run_block, kernel_ref, List(*refs), tuple(offsets),
                                   (nb, r1 - r0, c1 - c0, geometry.out_channels), segments)
+    meta = np.empty((0, 0, 0, 0), dtype=kernel.dtype)
+    if _array_expr_enabled():   # dask's array query planning (opt-in, experimental): from the whole graph
+        from dask.array._array_expr._collection import from_graph
+
+        keys = [(name, *index) for index in np.ndindex(*(len(c) for c in out_chunks))]
+        return from_graph({**dict(x.__dask_graph__()), **layer}, meta, out_chunks, keys, operation)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
-    return da.Array(graph, name, out_chunks, meta=np.empty((0, 0, 0, 0), dtype=kernel.dtype))
+    return da.Array(graph, name, out_chunks, meta=meta)
+
+
+def _array_expr_enabled() -> bool:
+    enabled = getattr(da, "array_expr_enabled", None)
+    return bool(enabled and enabled())
 
 
 def _block_geometry(cache: dict, geometry: ConvGeometry, batch, rows: _Window, cols: _Window, height, width):
@@ -677,8 +693,8 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
 
         weight = bilinear_upsampling_weight(args.channels, dtype)
         y = conv_transpose2d(da.from_zarr(source), weight, stride=2, padding=1, groups=args.channels)
-        print(f"output: {target} {y.shape} {y.dtype}, {y.nbytes / 2**30:.2f} GiB in {y.npartitions} blocks of "
-              f"{y.chunksize}")
+        print(f"output: {target} {y.shape} {y.dtype}, {y.nbytes / 2**30:.2f} GiB in {math.prod(y.numblocks)} blocks "
+              f"of {tuple(max(c) for c in y.chunks)}")
         started = time.perf_counter()
         _store(y, target, client, threads, progress if client else ProgressBar, "output")
         seconds = time.perf_counter() - started
@@ -718,8 +734,8 @@ def _store(array, path, client, threads, progress_bar, label):
     dask version (to_zarr's keywords for zarr 3 changed)."""
     import zarr
 
-    target = zarr.create_array(path, shape=array.shape, chunks=array.chunksize, dtype=array.dtype, compressors=None,
-                               overwrite=True)
+    target = zarr.create_array(path, shape=array.shape, chunks=tuple(max(c) for c in array.chunks),
+                               dtype=array.dtype, compressors=None, overwrite=True)
     store = da.store(array, target, lock=False, compute=False)
     if client is None:
         from . import get_num_threads, set_num_threads

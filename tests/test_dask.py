@@ -85,7 +85,8 @@ def zarr_array(path, like):
     keywords for zarr 3 differ between dask versions)."""
     import zarr
 
-    return zarr.create_array(str(path), shape=like.shape, chunks=like.chunksize, dtype=like.dtype, compressors=None)
+    return zarr.create_array(str(path), shape=like.shape, chunks=tuple(max(c) for c in like.chunks), dtype=like.dtype,
+                             compressors=None)
 
 
 def task_functions(array):
@@ -270,7 +271,7 @@ def test_the_graph_holds_the_weights_once_and_packs_them_once():
     w = rng.standard_normal((64, 4, 4, 64), dtype=np.float32) / 64   # 1 MiB
     x = da.from_array(rng.standard_normal((1, 32, 32, 64)).astype(np.float32), chunks=(1, 4, 4, 64))
     y = fastdeconv.conv_transpose2d(x, w, stride=2, padding=1)
-    assert y.npartitions == 64
+    assert y.numblocks == (1, 8, 8, 1)
     graph_bytes = len(pickle.dumps(dict(y.__dask_graph__())))
     assert graph_bytes < w.nbytes + x.nbytes + 200_000, graph_bytes   # once per block would be 64 MiB
     before = fdask.packings
