@@ -1,4 +1,4 @@
-"""Command line: ``fastdeconv {info, bench, convert}`` (the console script) or ``python -m fastdeconv ...``."""
+"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv``."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def build_parser(prog="fastdeconv"):
 
     parser = _Parser(prog=prog, description="fastdeconv: grouped 2-D transposed convolution (NHWC) for numpy.")
     parser.add_argument("--version", action="version", version=f"fastdeconv {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{info,bench,convert}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{info,bench,convert,dask-demo}")
     commands.add_parser("info", help="print show_config(): build, thread pool, SIMD paths, threads")
     bench = commands.add_parser(
         "bench", help="time the benchmark suite against torch and onnxruntime (when they run)",
@@ -91,6 +91,9 @@ def build_parser(prog="fastdeconv"):
                             "benchmark process and right after an onnxruntime call (markdown tables; --cases and "
                             "--seconds apply; a few minutes)")
     _add_convert(commands)
+    # listed here; main() hands its arguments to fastdeconv.dask (the dask extra), which parses them
+    commands.add_parser("dask-demo", help="upsample a zarr image with dask, out of core, and report the throughput "
+                        "(needs the dask extra; dask-demo --help)")
     return parser
 
 
@@ -143,6 +146,9 @@ def _add_convert(commands):
 
 
 def main(argv=None, prog="fastdeconv") -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dask-demo"]:
+        return _dask_demo(argv[1:], prog)
     args = build_parser(prog).parse_args(argv)
 
     if args.command == "info":
@@ -166,6 +172,15 @@ def main(argv=None, prog="fastdeconv") -> int:
     from .convert import main as convert_main
 
     return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model)
+
+
+def _dask_demo(argv, prog) -> int:
+    try:
+        from .dask import demo
+    except ImportError as error:   # the message names the extra to install
+        print(f"{prog} dask-demo: {error}", file=sys.stderr)
+        return 1
+    return demo(argv, prog=f"{prog} dask-demo")
 
 
 if __name__ == "__main__":

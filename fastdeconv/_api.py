@@ -7,7 +7,7 @@ import numpy as np
 from . import _backends
 from ._params import resolve_conv2d, resolve_conv_transpose2d
 from ._plan import Conv2d, ConvTranspose2d
-from ._validate import check_no_overlap, prepare
+from ._validate import _dask, _is_dask, check_no_overlap, prepare
 from ._weight_cache import CACHE
 
 
@@ -93,6 +93,9 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     The weights are packed once per distinct content (numpy arrays) and kept for later calls, up to
     :func:`fastdeconv.set_weight_cache_size` bytes; an array modified in place is packed again.
     """
+    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
+        return _dask().conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups,
+                                        output_size=output_size, backend=backend, algorithm=algorithm, out=out)
     layer = _cached_layer(ConvTranspose2d, weight, bias, (stride, padding, output_padding, dilation, groups),
                           algorithm, backend, out)
     if layer is not None:
@@ -118,6 +121,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     layer), "im2col" or "depthwise" (groups == C_in only). Other arguments, and the packed-weight
     cache, as :func:`conv_transpose2d`.
     """
+    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
+        return _dask().conv2d(x, weight, bias, stride, padding, dilation, groups, backend=backend,
+                              algorithm=algorithm, out=out)
     layer = _cached_layer(Conv2d, weight, bias, (stride, padding, dilation, groups), algorithm, backend, out)
     if layer is not None:
         return _run_cached(layer, x, out=out)

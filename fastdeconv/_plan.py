@@ -9,14 +9,16 @@ and :func:`conv2d`.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
 
 from . import _backends
 from ._cpu import get_num_threads
-from ._params import _explicit_padding, _int_pair, _is_int, _padding_mode, kernel_extent, resolve_conv2d, resolve_conv_transpose2d
-from ._validate import check_out, finish, prepare
+from ._params import (_explicit_padding, _int_pair, _is_int, _padding_mode, kernel_extent, resolve_conv2d,
+                      resolve_conv_transpose2d)
+from ._validate import _dask, _is_dask, check_out, finish, prepare
 
 __all__ = ["ConvTranspose2d", "Conv2d"]
 
@@ -87,6 +89,12 @@ class _Layer:
             layer = self._layer(self._backend, np.result_type(self.weight.dtype, np.float32))
             self.algorithm = getattr(layer, "algorithm", algorithm)
 
+    def __reduce__(self):
+        # Pickles to its weights, bias and parameters, never to packed data: unpickling (in a worker
+        # process, say) builds the layer again there, which validates and packs the weights anew.
+        return functools.partial(type(self), **self._kwargs, algorithm=self.algorithm, backend=self.backend), \
+            (self.weight, self.bias)
+
     def __repr__(self):
         kh, kw = self.weight.shape[1:3]
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
@@ -140,6 +148,8 @@ class _Layer:
                 if y is not out:   # a backend that returns its own array
                     out[...] = y
                 return out
+        if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
+            return _dask().apply_layer(self, x, output_size=output_size, out=out)
         call = prepare(x, self.weight, self.bias, out, transposed=self._transposed,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
         backend = self._backend

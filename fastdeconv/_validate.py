@@ -101,3 +101,15 @@ def finish(call: Call, y: np.ndarray) -> np.ndarray:
             call.out[...] = y
         return call.out
     return y.astype(call.dtype, copy=False)
+
+
+def _is_dask(x) -> bool:
+    """x is a dask collection (tested by its type's module: numpy calls never import dask)."""
+    return type(x).__module__.startswith("dask.")
+
+
+def _dask():
+    """fastdeconv.dask, imported on the first dask array (an ImportError naming the extra without dask)."""
+    from . import dask
+
+    return dask
