@@ -10,6 +10,8 @@ from ._plan import Conv2d, ConvTranspose2d
 from ._validate import _dask, _is_dask, check_no_overlap, prepare
 from ._weight_cache import CACHE
 
+__all__ = ["conv_transpose2d", "conv2d"]
+
 
 def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
     """The layer that runs this call with weights packed once per content (fastdeconv._weight_cache),
@@ -22,8 +24,6 @@ def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
         # the layer checks out= against its own copies of the weights; the caller's must not overlap it either
         check_no_overlap(out, (("weight", weight), ("bias", bias)))
     return layer
-
-__all__ = ["conv_transpose2d", "conv2d"]
 
 
 def _run_cached(layer, x, **kwargs):
