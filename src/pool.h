@@ -13,7 +13,8 @@
  *   wakes late finds nothing left to claim (or a newer job: the counter carries the job's generation,
  *   so a late helper can never claim a task of the next job) and goes back to sleep.
  * - Waiting is passive: helpers sleep on a condition variable between jobs and the caller on another
- *   for the last claimed tasks; nothing spins.
+ *   for the last claimed tasks, after a spin of at most 200 us, and only while no other process's
+ *   thread wants a CPU (pool.c says why).
  * - One job at a time: a caller that finds the pool running another thread's job runs its own tasks
  *   alone (those threads already keep the cores busy), so concurrent calls never wait for each other.
  * - fork(): the child has none of the helpers, so a pthread_atfork child handler empties the pool
