@@ -29,6 +29,7 @@ between its fingerprint and its packing is packed as changed but filed under the
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
@@ -131,6 +132,15 @@ class LayerCache:
 
 
 CACHE = LayerCache()
+
+
+def _after_fork_in_child():
+    # a lock that another thread of the parent held at fork() stays held in the child: start afresh
+    CACHE._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_weight_cache_size(max_bytes: int) -> int:
