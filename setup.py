@@ -30,6 +30,7 @@ C_SOURCES = [
     "src/gemm_avx2.c",
     "src/gemm_avx512.c",
     "src/depthwise_rows.c",
+    "src/winograd_tiles.c",
     "src/algorithms.c",
     "src/fingerprint.c",
 ]

@@ -7,12 +7,17 @@
 
 #include "algorithm.h"
 #include "depthwise_rows.h"
+#include "winograd_tiles.h"
 
 #define FD_TEMPLATE "deconv_col2im.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
 #define FD_TEMPLATE "deconv_phase.template.c"
+#include "instantiate_algorithm.h"
+#undef FD_TEMPLATE
+
+#define FD_TEMPLATE "deconv_winograd.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
@@ -31,6 +36,7 @@
 const fd_algorithm *const fd_algorithms[] = {
     &fd_algorithm_col2im,    /* GEMM into a column buffer, then scatter-add: any layer */
     &fd_algorithm_phase,     /* one dense GEMM per stride phase, every output written once */
+    &fd_algorithm_winograd,  /* phase decomposition, each phase by Winograd tiles: fewer multiplies */
     &fd_algorithm_depthwise, /* direct kernel over channels, one input channel per group */
     &fd_algorithm_im2col,    /* convolution: indirect GEMM over an im2col indirection buffer */
     &fd_algorithm_conv_depthwise, /* convolution, listed as "depthwise": direct kernel, C_in/groups = 1 */

@@ -1,0 +1,305 @@
+/* Algorithm "winograd": transposed convolution by stride-phase decomposition (as "phase",
+ * deconv_phase.template.c) with each phase's stride-1 correlation computed by Winograd's minimal
+ * filtering algorithm (an algorithm template, see algorithm.h).
+ *
+ * With dilation 1, the Ty taps of row phase ry read Ty adjacent input rows: output row
+ * oy = ry + jy*sH reads rows jy + y0 + u (u < Ty, y0 = the phase's smallest input offset) with the
+ * sub-kernel row g[u] = w[ky_(Ty-1-u)] (the phase's taps in ascending ky, reversed); likewise columns.
+ * So each phase is the correlation of winograd_tiles.h, computed in tiles of my x mx outputs by
+ * F(my, Ty) x F(mx, Tx) (the tile per tap count: FD_WINOGRAD_M<T>):
+ *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
+ *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
+ *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation)
+ * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
+ * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
+ *
+ * Exactness. The transforms reassociate the sums, so results differ from the direct sum by rounding
+ * (measured bounds: README). Non-finite values are another matter: a transform mixes a tile's inputs
+ * (0 * Inf, Inf - Inf), so one Inf would turn its whole tile into NaN where the formula keeps Inf or
+ * leaves other pixels finite. So every output is checked as it is written: a task that produced any
+ * non-finite value is recomputed by the phase kernel (whose packed weights the blob also holds), and
+ * layers with a non-finite weight run the phase kernel directly. NaN and Inf land where the formula puts
+ * them; only finite results carry Winograd's rounding.
+ *
+ * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
+ * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and optionally only the output channels
+ * [col_begin, col_end) (a multiple of FD_GEMM_COLUMN_ALIGN), as "phase" does.
+ * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows
+ * and the tile list, about FD_WINOGRAD_CHUNK_BYTES; or the phase kernel's, whichever is larger.
+ */
+#if defined(FD_ALGORITHM_SHARED)
+
+#include "winograd_tiles.h"
+
+/* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
+ * transforms and the GEMMs. */
+#define FD_WINOGRAD_CHUNK_BYTES (1 << 20)
+#define FD_WINOGRAD_MAX_CHUNK_TILES 768
+
+static const char *winograd_unsupported(const fd_geometry *geo) {
+    const char *phase = phase_unsupported(geo);
+    if (phase != NULL) return phase;
+    if (geo->dilation_h != 1 || geo->dilation_w != 1)
+        return "it needs dilation 1 (a stride phase's taps must read adjacent input pixels)";
+    if (fd_ceil_div(geo->kernel_h, geo->stride_h) > 3 || fd_ceil_div(geo->kernel_w, geo->stride_w) > 3)
+        return "its stride phases are limited to 3 taps per side (kernel <= 3*stride)";
+    return NULL;
+}
+
+/* Taps of phase r along an axis (dilation 1): the k < kernel with k = r + pad (mod stride). */
+static ptrdiff_t winograd_taps(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t r) {
+    const ptrdiff_t first = (r + pad % stride) % stride;
+    return first < kernel ? fd_ceil_div(kernel - first, stride) : 0;
+}
+
+/* Outputs per tile side for a phase of `taps` taps (1 for a phase without taps: it only gets the bias). */
+static ptrdiff_t winograd_tile_side(ptrdiff_t taps) { return taps > 0 ? fd_winograd_for_taps(taps)->m : 1; }
+
+/* The most points per tile side of any phase along an axis. */
+static ptrdiff_t winograd_max_points(ptrdiff_t kernel, ptrdiff_t stride) {
+    ptrdiff_t most = 1;
+    for (ptrdiff_t taps = 1; taps <= fd_ceil_div(kernel, stride) && taps <= 3; taps++)
+        if (fd_winograd_for_taps(taps)->n > most) most = fd_winograd_for_taps(taps)->n;
+    return most;
+}
+
+/* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 24 tiles (the GEMM
+ * row tiles, MR = 6, 8 and 12, all divide it). */
+static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
+    const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h) *
+                             winograd_max_points(geo->kernel_w, geo->stride_w);
+    const size_t per_tile = (size_t)points * (size_t)((geo->in_channels + geo->out_channels) / geo->groups + 1) *
+                            fd_itemsize(dtype);
+    ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 24 * 24;
+    if (tiles < 24) tiles = 24;
+    return tiles < FD_WINOGRAD_MAX_CHUNK_TILES ? tiles : FD_WINOGRAD_MAX_CHUNK_TILES;
+}
+
+/* The workspace of a chunk: its tile list, A and C row pointers, V and M. */
+static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t tiles) {
+    const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h) *
+                                   winograd_max_points(geo->kernel_w, geo->stride_w));
+    const size_t channels = (size_t)((geo->in_channels + geo->out_channels) / geo->groups);
+    return (size_t)tiles * (sizeof(fd_winograd_tile) + 2 * sizeof(void *) + points * channels * fd_itemsize(dtype));
+}
+
+/* The chunk of fd_operands is the phase kernel's (its fallback); the tile chunk is recomputed in run. */
+static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
+    fd_workspace ws = phase_workspace(geo, dtype);
+    const size_t own = winograd_chunk_bytes(geo, dtype, winograd_chunk_tiles(geo, dtype));
+    if (own > ws.bytes) ws.bytes = own;
+    return ws;
+}
+
+/* Per row phase ry, its tile rows counted across the batch, cut as phase_tasks cuts rows. */
+static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t sH = geo->stride_h, cols = geo->out_channels / geo->groups;
+    ptrdiff_t count = 0;
+    for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
+        const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry));
+        const ptrdiff_t rows = geo->batch * fd_ceil_div(fd_ceil_div(geo->out_h - ry, sH), my);
+        const ptrdiff_t pixels = geo->batch * fd_ceil_div(geo->out_h - ry, sH) * fd_ceil_div(geo->out_w, geo->stride_w);
+        if (threads > 1 && pixels < cols && cols > FD_GEMM_COLUMN_ALIGN) {
+            ptrdiff_t parts = fd_ceil_div(threads, sH);
+            if (parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+            const ptrdiff_t per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+            for (ptrdiff_t c0 = 0; c0 < cols; c0 += per_part)
+                fd_task_add(tasks, &count, ry, 0, rows, c0, c0 + per_part < cols ? c0 + per_part : cols);
+        } else {
+            fd_row_range_tasks(rows, threads, ry, sH, cols, tasks, &count);
+        }
+    }
+    return count;
+}
+
+/* Blob parts: whether every weight is finite, the phase algorithm's own blob (the fallback, and its
+ * tap tables), then per (group, row phase, column phase) the packed U of each point, one after another. */
+enum { WINOGRAD_WEIGHTS_FINITE, WINOGRAD_PHASE_BLOB, WINOGRAD_MATRICES };
+
+#elif defined(FD_ALGORITHM_DESCRIPTOR)
+
+FD_DEFINE_ALGORITHM(winograd, 1)
+
+#else
+
+/* Point (p, q) of group g's sub-kernel for phase (ry, rx): U = sum_{u,v} Gy[p,u] Gx[q,v] g[u,v], with
+ * g[u, v] = w[g*Cig + i, ky_(Ty-1-u), kx_(Tx-1-v), :] (a Cig x Cog matrix), summed in double and rounded
+ * once; then packed for the GEMM (fd_?gemm_pack_b). */
+static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
+{
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t G = geo->groups, Cig = geo->in_channels / G, Cog = geo->out_channels / G;
+    const size_t point_size = Cig > 0 && Cog > 0 ? FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog) : 0;
+    size_t phase_bytes = 0;
+    int status = FD_FN(phase_pack)(geo, weight, NULL, &phase_bytes);
+    if (status != FD_OK) return status;
+
+    fd_blob b;
+    fd_blob_begin(&b, blob, WINOGRAD_MATRICES + (size_t)(G * sH * sW));
+    int *finite = (int *)fd_blob_add(&b, WINOGRAD_WEIGHTS_FINITE, sizeof(int));
+    void *phase_blob = fd_blob_add(&b, WINOGRAD_PHASE_BLOB, phase_bytes);
+    FD_REAL **parts = NULL;
+    double *sum = NULL;
+    FD_REAL *rounded = NULL;
+    if (blob != NULL) {
+        parts = (FD_REAL **)malloc((size_t)(G * sH * sW) * sizeof(*parts));
+        sum = (double *)malloc((size_t)(Cig * Cog + 1) * sizeof(double));
+        rounded = (FD_REAL *)malloc((size_t)(Cig * Cog + 1) * sizeof(FD_REAL));
+        if (parts == NULL || sum == NULL || rounded == NULL) {
+            free(parts);
+            free(sum);
+            free(rounded);
+            return FD_ERR_WORKSPACE;
+        }
+    }
+    for (ptrdiff_t g = 0; g < G; g++)
+        for (ptrdiff_t ry = 0; ry < sH; ry++)
+            for (ptrdiff_t rx = 0; rx < sW; rx++) {
+                const ptrdiff_t Ty = winograd_taps(kH, sH, geo->pad_top, ry), Tx = winograd_taps(kW, sW, geo->pad_left, rx);
+                const size_t points = Ty > 0 && Tx > 0 ? (size_t)(fd_winograd_for_taps(Ty)->n * fd_winograd_for_taps(Tx)->n) : 0;
+                FD_REAL *part = (FD_REAL *)fd_blob_add(&b, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx),
+                                                       points * point_size * sizeof(FD_REAL));
+                if (parts != NULL) parts[(g * sH + ry) * sW + rx] = part;
+            }
+    *bytes = b.size;
+    if (blob == NULL) return FD_OK;
+
+    status = FD_FN(phase_pack)(geo, weight, phase_blob, &phase_bytes);
+    const FD_REAL *w = (const FD_REAL *)weight;
+    const ptrdiff_t count = geo->in_channels * kH * kW * Cog;
+    *finite = 1;
+    for (ptrdiff_t e = 0; e < count; e++)
+        if (w[e] - w[e] != 0) *finite = 0;   /* NaN or infinite */
+    const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_Y);
+    const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_X);
+    for (ptrdiff_t g = 0; status == FD_OK && g < G; g++)
+        for (ptrdiff_t ry = 0; ry < sH; ry++)
+            for (ptrdiff_t rx = 0; rx < sW; rx++) {
+                const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, *kx = taps_x + rx * (1 + kW) + 1;
+                const ptrdiff_t Ty = ky[-1], Tx = kx[-1];
+                if (Ty == 0 || Tx == 0 || point_size == 0) continue;
+                const fd_winograd_1d *fy = fd_winograd_for_taps(Ty), *fx = fd_winograd_for_taps(Tx);
+                FD_REAL *part = parts[(g * sH + ry) * sW + rx];
+                for (ptrdiff_t p = 0; p < fy->n; p++)
+                    for (ptrdiff_t q = 0; q < fx->n; q++) {
+                        memset(sum, 0, (size_t)(Cig * Cog) * sizeof(double));
+                        for (ptrdiff_t u = 0; u < Ty; u++)
+                            for (ptrdiff_t v = 0; v < Tx; v++) {
+                                const double c = fy->G[p * Ty + u] * fx->G[q * Tx + v];
+                                if (c == 0) continue;
+                                for (ptrdiff_t i = 0; i < Cig; i++) {
+                                    const FD_REAL *g_row = w + (((g * Cig + i) * kH + ky[Ty - 1 - u]) * kW + kx[Tx - 1 - v]) * Cog;
+                                    double *s_row = sum + i * Cog;
+                                    for (ptrdiff_t o = 0; o < Cog; o++) s_row[o] += c * (double)g_row[o];
+                                }
+                            }
+                        for (ptrdiff_t e = 0; e < Cig * Cog; e++) rounded[e] = (FD_REAL)sum[e];
+                        FD_FN(gemm_pack_b)((size_t)Cig, (size_t)Cog, rounded, Cog, 1,
+                                           part + (size_t)(p * fx->n + q) * point_size);
+                    }
+            }
+    free(parts);
+    free(sum);
+    free(rounded);
+    return status;
+}
+
+/* Outputs of phase (ry, rx) without taps along columns (Tx = 0): the bias, for the phase rows
+ * [pr0, pr1) (counted across the batch) and channels [c0, c1) of group g. */
+static void FD_FN(winograd_bias_only)(const fd_geometry *geo, const FD_REAL *bias, FD_REAL *y, ptrdiff_t ry,
+                                      ptrdiff_t rx, ptrdiff_t pr0, ptrdiff_t pr1, ptrdiff_t channel0, ptrdiff_t cols)
+{
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, Jx = (Wo - rx + sW - 1) / sW;
+    for (ptrdiff_t r = pr0; r < pr1; r++)
+        for (ptrdiff_t jx = 0; jx < Jx; jx++) {
+            FD_REAL *out = y + (((r / Jy) * Ho + ry + (r % Jy) * sH) * Wo + rx + jx * sW) * Cout + channel0;
+            for (ptrdiff_t o = 0; o < cols; o++) out[o] = bias ? bias[channel0 + o] : (FD_REAL)0;
+        }
+}
+
+/* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)). */
+static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void *workspace)
+{
+    const fd_geometry *geo = op->geo;
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
+    const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
+    const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
+    FD_REAL *y = (FD_REAL *)op->y;
+    const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
+    const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_Y);
+    const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_X);
+    if (ry < 0 || ry >= sH || ry >= Ho || c0 < 0 || c1 > Cog || cols < 0 || c0 % FD_GEMM_COLUMN_ALIGN != 0)
+        return FD_ERR_ARGUMENT;
+    const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, Ty = ky[-1];
+    const ptrdiff_t my = winograd_tile_side(Ty), Jy = (Ho - ry + sH - 1) / sH, TJy = (Jy + my - 1) / my;
+    if (task->row_begin < 0 || task->row_end > geo->batch * TJy || task->row_begin > task->row_end)
+        return FD_ERR_ARGUMENT;
+    /* the task's phase rows, for the phase kernel and the bias-only phases */
+    const ptrdiff_t pr0 = task->row_begin / TJy * Jy + (task->row_begin % TJy * my < Jy ? task->row_begin % TJy * my : Jy);
+    const ptrdiff_t pr1 = task->row_end / TJy * Jy + (task->row_end % TJy * my < Jy ? task->row_end % TJy * my : Jy);
+    const FD_REAL **phase_a = (const FD_REAL **)workspace;
+    FD_REAL **phase_c = (FD_REAL **)(phase_a + op->chunk * kH * kW);
+
+    int nonfinite = 0;
+    if (Ty == 0 || Cig == 0 || !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE))
+        nonfinite = 1;   /* the phase kernel: only the bias (no taps), or non-finite weights */
+    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
+    const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
+    const ptrdiff_t points_max = winograd_max_points(kH, sH) * winograd_max_points(kW, sW);
+    fd_winograd_tile *tiles = (fd_winograd_tile *)workspace;
+    const FD_REAL **a_rows = (const FD_REAL **)(tiles + chunk);
+    FD_REAL **c_rows = (FD_REAL **)(a_rows + chunk);
+    FD_REAL *V = (FD_REAL *)(c_rows + chunk);
+    FD_REAL *M = V + points_max * chunk * Cig;
+    const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
+    const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
+
+    for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
+        for (ptrdiff_t rx = 0; rx < sW && rx < Wo && !nonfinite; rx++) {
+            const ptrdiff_t *kx = taps_x + rx * (1 + kW) + 1, Tx = kx[-1];
+            if (Tx == 0) {
+                FD_FN(winograd_bias_only)(geo, bias, y, ry, rx, pr0, pr1, g * Cog + c0, cols);
+                continue;
+            }
+            const fd_winograd_1d *fy = fd_winograd_for_taps(Ty), *fx = fd_winograd_for_taps(Tx);
+            const ptrdiff_t mx = fx->m, Jx = (Wo - rx + sW - 1) / sW, TJx = (Jx + mx - 1) / mx;
+            const ptrdiff_t points = fy->n * fx->n;
+            const fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
+                                          y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig,
+                                          y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
+                                          Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
+                                          bias ? bias + g * Cog + c0 : NULL};
+            const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx));
+            const ptrdiff_t total = (task->row_end - task->row_begin) * TJx;
+            for (ptrdiff_t s = 0; s < total && !nonfinite; s += chunk) {
+                const ptrdiff_t count = total - s < chunk ? total - s : chunk;
+                for (ptrdiff_t t = 0; t < count; t++) {
+                    const ptrdiff_t q = task->row_begin + (s + t) / TJx;
+                    tiles[t].n = q / TJy;
+                    tiles[t].jy = q % TJy * my;
+                    tiles[t].jx = (s + t) % TJx * mx;
+                }
+                FD_FN(winograd_input)(&ph, tiles, count, V);
+                for (ptrdiff_t p = 0; p < points; p++) {
+                    for (ptrdiff_t t = 0; t < count; t++) {
+                        a_rows[t] = V + (p * count + t) * Cig;
+                        c_rows[t] = M + (p * count + t) * cols;
+                    }
+                    FD_FN(gemm_indirect)((size_t)count, (size_t)cols, 1, (size_t)Cig, a_rows,
+                                         U + (size_t)p * point_size + (size_t)(Cig * c0), NULL, c_rows, 0);
+                }
+                nonfinite = FD_FN(winograd_output)(&ph, tiles, count, M);
+            }
+        }
+    }
+    if (!nonfinite) return FD_OK;
+    /* Some output is NaN or infinite (or the layer has a non-finite weight): the whole task again,
+       by the phase kernel, whose sums have no cross terms. */
+    return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, op->chunk, phase_a, phase_c);
+}
+
+#endif

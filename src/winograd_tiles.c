@@ -1,0 +1,79 @@
+/* The Winograd tile transforms (winograd_tiles.h), float and double, compiled once per ISA through
+ * function target attributes (never -march) and dispatched by the GEMM's ISA choice (fd_gemm_get_isa),
+ * like the depthwise kernels (depthwise_rows.c). See winograd_tiles.template.c. */
+#include <string.h>
+
+#include "conv_geometry.h"
+#include "gemm_internal.h"
+#include "templating.h"
+#include "winograd_tiles.h"
+
+#define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
+#define FD_TEMPLATE "winograd_tiles.template.c"
+
+/* GCC and clang: a generic vector type per ISA; elsewhere one element at a time. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FD_WINOGRAD_VECTORS 1
+#define FD_WINLINE static inline __attribute__((always_inline)) FD_TARGET
+#else
+#define FD_WINOGRAD_VECTORS 0
+#define FD_WINLINE static inline
+#endif
+
+#define FD_TARGET
+#define FD_ISA portable
+#define FD_WVEC_BYTES 16
+#include "instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_WVEC_BYTES
+
+#if FD_GEMM_X86_SIMD
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
+#define FD_ISA avx2
+#define FD_WVEC_BYTES 32
+#include "instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_WVEC_BYTES
+
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
+#define FD_ISA avx512
+#define FD_WVEC_BYTES 64
+#include "instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_WVEC_BYTES
+
+/* fd_gemm_get_isa() only returns a path whose features this CPU has (gemm.c checks the same lists). */
+#define WINOGRAD_DISPATCH(prefix, real)                                                                     \
+    void fd_##prefix##winograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
+                                     ptrdiff_t count, real *V) {                                            \
+        switch (fd_gemm_get_isa()) {                                                                        \
+        case FD_ISA_AVX512: fd_##prefix##winograd_input_avx512(ph, tiles, count, V); return;                \
+        case FD_ISA_AVX2: fd_##prefix##winograd_input_avx2(ph, tiles, count, V); return;                    \
+        default: fd_##prefix##winograd_input_portable(ph, tiles, count, V); return;                         \
+        }                                                                                                   \
+    }                                                                                                       \
+    int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
+                                     ptrdiff_t count, const real *M) {                                      \
+        switch (fd_gemm_get_isa()) {                                                                        \
+        case FD_ISA_AVX512: return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);                \
+        case FD_ISA_AVX2: return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);                    \
+        default: return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                         \
+        }                                                                                                   \
+    }
+#else
+#define WINOGRAD_DISPATCH(prefix, real)                                                                     \
+    void fd_##prefix##winograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
+                                     ptrdiff_t count, real *V) {                                            \
+        fd_##prefix##winograd_input_portable(ph, tiles, count, V);                                          \
+    }                                                                                                       \
+    int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
+                                     ptrdiff_t count, const real *M) {                                      \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
+    }
+#endif
+
+WINOGRAD_DISPATCH(s, float)
+WINOGRAD_DISPATCH(d, double)

@@ -1,0 +1,75 @@
+/* The Winograd tile transforms of the "winograd" algorithm (src/deconv_winograd.template.c), float and
+ * double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes, never
+ * -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so FASTDECONV_ISA and
+ * fd_gemm_set_isa force every path here too (src/winograd_tiles.c).
+ *
+ * One stride phase of a transposed convolution with dilation 1 is a stride-1 correlation over the
+ * phase's output grid (jy, jx), jy < Jy, jx < Jx:
+ *   y[jy, jx, o] = sum_{u<Ty, v<Tx} sum_i x[jy + y0 + u, jx + x0 + v, i] * g[u, v, i, o]
+ * (zero outside the image). A tile is my x mx outputs starting at (jy, jx); with the 1-D transforms
+ * fy = F(my, Ty) and fx = F(mx, Tx) (src/winograd_transforms.h, ny = my + Ty - 1 points, likewise nx):
+ *   input   V[p, q]  = sum_{a<ny, b<nx} BTy[p, a] BTx[q, b] x[jy + y0 + a, jx + x0 + b]   (Cig-vectors)
+ *   GEMM    M[p, q]  = V[p, q] @ U[p, q],   U[p, q] = sum_{u, v} Gy[p, u] Gx[q, v] g[u, v]   (packed once)
+ *   output  y[jy + a, jx + b] = bias + sum_{p<ny, q<nx} ATy[a, p] ATx[b, q] M[p, q],   only a, b inside.
+ * Both transforms are separable: one pass along the columns, then one along the rows, each a few
+ * vector additions (and, for tiles beyond F(2, r), multiplications by small powers of two) per channel
+ * vector. */
+#ifndef FASTDECONV_WINOGRAD_TILES_H
+#define FASTDECONV_WINOGRAD_TILES_H
+
+#include <stddef.h>
+
+#include "winograd_transforms.h"
+
+/* The tile per tap count T (a phase's taps along one axis): F(FD_WINOGRAD_M<T>, T). Chosen by
+ * measurement (the README's algorithm table and the closing note of issue 15): larger tiles do fewer
+ * multiplies but their transforms amplify rounding error and cost more memory traffic per output. A
+ * build may override them (-DFD_WINOGRAD_M2=4) to measure another choice. */
+#ifndef FD_WINOGRAD_M1
+#define FD_WINOGRAD_M1 2
+#endif
+#ifndef FD_WINOGRAD_M2
+#define FD_WINOGRAD_M2 2
+#endif
+#ifndef FD_WINOGRAD_M3
+#define FD_WINOGRAD_M3 2
+#endif
+
+/* The 1-D transform for T taps (1 <= T <= 3). */
+static inline const fd_winograd_1d *fd_winograd_for_taps(ptrdiff_t taps) {
+    const int m = taps == 1 ? FD_WINOGRAD_M1 : taps == 2 ? FD_WINOGRAD_M2 : FD_WINOGRAD_M3;
+    for (int i = 0; i < FD_WINOGRAD_TILE_COUNT; i++)
+        if (fd_winograd_tiles[i].m == m && fd_winograd_tiles[i].r == taps) return &fd_winograd_tiles[i];
+    return NULL;
+}
+
+/* One stride phase of one group, as the tile transforms see it. Distances are in elements. */
+typedef struct {
+    const fd_winograd_1d *fy, *fx; /* the transforms along rows and columns */
+    const void *x;                 /* input: image 0, pixel (0, 0), the group's first channel */
+    ptrdiff_t H, W;                /* input rows and columns */
+    ptrdiff_t x_image, x_pixel;    /* between images (H*W*C_in) and pixels (C_in) */
+    ptrdiff_t y0, x0;              /* tile output (jy, jx) reads input from (jy + y0, jx + x0) */
+    ptrdiff_t channels;            /* Cig: the channels transformed */
+    void *y;                       /* output: image 0, phase pixel (0, 0), the task's first channel */
+    ptrdiff_t Jy, Jx;              /* the phase's rows and columns */
+    ptrdiff_t y_image, y_row, y_col; /* between images (Ho*Wo*C_out), phase rows (sH*Wo*C_out), phase columns (sW*C_out) */
+    ptrdiff_t cols;                /* output channels written */
+    const void *bias;              /* cols values, or NULL */
+} fd_winograd_phase;
+
+/* A tile: image n, first output (jy, jx) in phase coordinates. */
+typedef struct {
+    ptrdiff_t n, jy, jx;
+} fd_winograd_tile;
+
+/* V[(point*count + t)*channels + i] for point = p*nx + q, tile t < count: the transformed inputs. */
+void fd_swinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, float *V);
+void fd_dwinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, double *V);
+
+/* From M[(point*count + t)*cols + o] (the GEMMs' results), writes the tiles' outputs that lie inside
+ * the phase. Returns 1 if any written value is not finite (NaN or infinite), else 0. */
+int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const float *M);
+int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
+
+#endif

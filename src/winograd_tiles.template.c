@@ -1,0 +1,191 @@
+/* The Winograd tile transforms (see winograd_tiles.h), instantiated per ISA (FD_ISA, FD_TARGET,
+ * FD_WVEC_BYTES) and per element type (FD_REAL, FD_PREFIX) by winograd_tiles.c.
+ *
+ * Channels are processed one vector at a time (a GCC/clang vector of FD_WVEC_BYTES: one zmm, one ymm or
+ * one xmm register; a scalar elsewhere); a tile's ny*nx points of one channel vector stay in registers
+ * through both passes. The transform matrices are static tables: for the tiles the algorithm uses, the
+ * always-inline bodies are instantiated with the table itself, so the compiler unrolls the loops,
+ * drops the zero coefficients and turns the +-1 ones into additions. Other tiles run the same code
+ * with the coefficients read at run time. */
+
+#define WV FD_ISA_FN(wvec)
+#define WL ((ptrdiff_t)(sizeof(WV) / sizeof(FD_REAL)))
+#if FD_WINOGRAD_VECTORS
+typedef FD_REAL WV __attribute__((vector_size(FD_WVEC_BYTES)));
+#else
+typedef FD_REAL WV;
+#endif
+
+/* n (<= WL) elements from p; the other lanes zero. */
+FD_WINLINE WV FD_ISA_FN(wv_load)(const FD_REAL *p, ptrdiff_t n) {
+    WV v;
+    if (n >= WL) {
+        memcpy(&v, p, sizeof v);
+    } else {
+        FD_REAL part[sizeof(WV) / sizeof(FD_REAL)] = {0};
+        memcpy(part, p, (size_t)n * sizeof(FD_REAL));
+        memcpy(&v, part, sizeof v);
+    }
+    return v;
+}
+
+/* The first n (<= WL) lanes of v to p. */
+FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
+    if (n >= WL) {
+        memcpy(p, &v, sizeof v);
+    } else {
+        FD_REAL part[sizeof(WV) / sizeof(FD_REAL)];
+        memcpy(part, &v, sizeof v);
+        memcpy(p, part, (size_t)n * sizeof(FD_REAL));
+    }
+}
+
+/* out = sum_j coef[j] * in[j] over the nonzero coefficients (no term: zero). */
+#define WV_COMBINE(out, count, coef, in)                                                 \
+    do {                                                                                 \
+        int first_ = 1;                                                                  \
+        for (int j_ = 0; j_ < (count); j_++) {                                           \
+            const FD_REAL c_ = (FD_REAL)(coef)[j_];                                      \
+            if (c_ == 0) continue;                                                       \
+            if (first_) (out) = c_ * (in)[j_];                                           \
+            else (out) += c_ * (in)[j_];                                                 \
+            first_ = 0;                                                                  \
+        }                                                                                \
+        if (first_) memset(&(out), 0, sizeof(out));                                      \
+    } while (0)
+
+/* One tile's input transform for the channels [c, c + n): row[a] is input row (jy + y0 + a) at
+ * column 0, NULL outside the image; bit b of cols_inside says column ix0 + b is inside. */
+FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy, const double *BTx,
+                                  const FD_REAL *const *row, ptrdiff_t ix0, unsigned cols_inside, ptrdiff_t x_pixel,
+                                  ptrdiff_t c, FD_REAL *V, ptrdiff_t v_point, ptrdiff_t n) {
+    WV t[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS]; /* [a][q]: rows of d transformed along columns */
+    for (int a = 0; a < ny; a++) {
+        WV d[FD_WINOGRAD_MAX_POINTS];
+        for (int b = 0; b < nx; b++) {
+            if (row[a] != NULL && (cols_inside >> b & 1u))
+                d[b] = FD_ISA_FN(wv_load)(row[a] + (ix0 + b) * x_pixel + c, n);
+            else
+                memset(&d[b], 0, sizeof d[b]);
+        }
+        for (int q = 0; q < nx; q++) WV_COMBINE(t[a][q], nx, BTx + q * nx, d);
+    }
+    for (int p = 0; p < ny; p++) {
+        for (int q = 0; q < nx; q++) {
+            WV column[FD_WINOGRAD_MAX_POINTS], v;
+            for (int a = 0; a < ny; a++) column[a] = t[a][q];
+            WV_COMBINE(v, ny, BTy + p * ny, column);
+            FD_ISA_FN(wv_store)(V + (p * nx + q) * v_point + c, v, n);
+        }
+    }
+}
+
+/* One tile's output transform for the channels [c, c + n): rows x cols of its my x mx outputs lie in
+ * the phase. guard accumulates out * 0: NaN once any output is not finite. */
+FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, const int mx, const double *ATy,
+                                   const double *ATx, const FD_REAL *M, ptrdiff_t m_point, FD_REAL *y,
+                                   ptrdiff_t y_row, ptrdiff_t y_col, ptrdiff_t rows, ptrdiff_t cols,
+                                   const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n, WV *guard) {
+    WV m[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS], b0;
+    if (bias != NULL) b0 = FD_ISA_FN(wv_load)(bias + c, n);
+    else memset(&b0, 0, sizeof b0);
+    for (int p = 0; p < ny; p++)
+        for (int q = 0; q < nx; q++) m[p][q] = FD_ISA_FN(wv_load)(M + (p * nx + q) * m_point + c, n);
+    for (int a = 0; a < my && a < rows; a++) {
+        WV t[FD_WINOGRAD_MAX_POINTS]; /* row a of the output, still nx points along columns */
+        for (int q = 0; q < nx; q++) {
+            WV column[FD_WINOGRAD_MAX_POINTS];
+            for (int p = 0; p < ny; p++) column[p] = m[p][q];
+            WV_COMBINE(t[q], ny, ATy + a * ny, column);
+        }
+        for (int b = 0; b < mx && b < cols; b++) {
+            WV out;
+            WV_COMBINE(out, nx, ATx + b * nx, t);
+            out += b0;
+            FD_ISA_FN(wv_store)(y + a * y_row + b * y_col + c, out, n);
+            *guard += out * (FD_REAL)0;
+        }
+    }
+}
+
+FD_WINLINE void FD_ISA_FN(win_input_tiles)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,
+                                           ptrdiff_t count, FD_REAL *V, const int ny, const int nx,
+                                           const double *BTy, const double *BTx) {
+    const FD_REAL *x = (const FD_REAL *)ph->x;
+    const ptrdiff_t C = ph->channels, v_point = count * C;
+    for (ptrdiff_t t = 0; t < count; t++) {
+        const ptrdiff_t iy0 = tiles[t].jy + ph->y0, ix0 = tiles[t].jx + ph->x0;
+        const FD_REAL *row[FD_WINOGRAD_MAX_POINTS];
+        unsigned cols_inside = 0;
+        for (int a = 0; a < ny; a++) {
+            const ptrdiff_t iy = iy0 + a;
+            row[a] = iy >= 0 && iy < ph->H ? x + tiles[t].n * ph->x_image + iy * ph->W * ph->x_pixel : NULL;
+        }
+        for (int b = 0; b < nx; b++)
+            if (ix0 + b >= 0 && ix0 + b < ph->W) cols_inside |= 1u << b;
+        for (ptrdiff_t c = 0; c < C; c += WL)
+            FD_ISA_FN(win_in)(ny, nx, BTy, BTx, row, ix0, cols_inside, ph->x_pixel, c, V + t * C, v_point,
+                              C - c < WL ? C - c : WL);
+    }
+}
+
+FD_WINLINE int FD_ISA_FN(win_output_tiles)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,
+                                           ptrdiff_t count, const FD_REAL *M, const int ny, const int nx,
+                                           const int my, const int mx, const double *ATy, const double *ATx) {
+    const ptrdiff_t cols = ph->cols, m_point = count * cols;
+    const FD_REAL *bias = (const FD_REAL *)ph->bias;
+    WV guard;
+    memset(&guard, 0, sizeof guard);
+    for (ptrdiff_t t = 0; t < count; t++) {
+        FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + tiles[t].jy * ph->y_row + tiles[t].jx * ph->y_col;
+        const ptrdiff_t rows = ph->Jy - tiles[t].jy, columns = ph->Jx - tiles[t].jx;
+        for (ptrdiff_t c = 0; c < cols; c += WL)
+            FD_ISA_FN(win_out)(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col, rows,
+                               columns, bias, c, cols - c < WL ? cols - c : WL, &guard);
+    }
+    FD_REAL lanes[sizeof(WV) / sizeof(FD_REAL)];
+    memcpy(lanes, &guard, sizeof guard);
+    for (ptrdiff_t l = 0; l < WL; l++)
+        if (lanes[l] != lanes[l]) return 1;
+    return 0;
+}
+
+/* The tiles the algorithm uses (winograd_tiles.h) with their tables as constants; any other pair with
+ * run-time coefficients. */
+#define WIN_IS(f, M, T) ((f)->m == (M) && (f)->r == (T))
+#define WIN_BT(M, T) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), _BT)
+#define WIN_AT(M, T) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), _AT)
+#define WIN_IN_CASE(MY, TY, MX, TX)                                                                           \
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) {                                                   \
+        FD_ISA_FN(win_input_tiles)(ph, tiles, count, V, (MY) + (TY) - 1, (MX) + (TX) - 1, &WIN_BT(MY, TY)[0][0], \
+                                   &WIN_BT(MX, TX)[0][0]);                                                    \
+        return;                                                                                               \
+    }
+#define WIN_OUT_CASE(MY, TY, MX, TX)                                                                          \
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX))                                                     \
+        return FD_ISA_FN(win_output_tiles)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,        \
+                                           &WIN_AT(MY, TY)[0][0], &WIN_AT(MX, TX)[0][0]);
+
+static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+                                         FD_REAL *V) {
+    WIN_IN_CASE(FD_WINOGRAD_M2, 2, FD_WINOGRAD_M2, 2)
+    WIN_IN_CASE(FD_WINOGRAD_M3, 3, FD_WINOGRAD_M3, 3)
+    FD_ISA_FN(win_input_tiles)(ph, tiles, count, V, ph->fy->n, ph->fx->n, ph->fy->BT, ph->fx->BT);
+}
+
+static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+                                         const FD_REAL *M) {
+    WIN_OUT_CASE(FD_WINOGRAD_M2, 2, FD_WINOGRAD_M2, 2)
+    WIN_OUT_CASE(FD_WINOGRAD_M3, 3, FD_WINOGRAD_M3, 3)
+    return FD_ISA_FN(win_output_tiles)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
+                                       ph->fx->AT);
+}
+
+#undef WIN_IN_CASE
+#undef WIN_OUT_CASE
+#undef WIN_IS
+#undef WIN_BT
+#undef WIN_AT
+#undef WV_COMBINE
+#undef WV
+#undef WL
