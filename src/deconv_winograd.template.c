@@ -24,8 +24,8 @@
  * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
  * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and optionally only the output channels
  * [col_begin, col_end) (a multiple of FD_GEMM_COLUMN_ALIGN), as "phase" does.
- * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows
- * and the tile list, about FD_WINOGRAD_CHUNK_BYTES; or the phase kernel's, whichever is larger.
+ * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows,
+ * the tile list and Cig zeros (the pixels outside the image), about FD_WINOGRAD_CHUNK_BYTES; or the phase kernel's, whichever is larger.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -80,7 +80,8 @@ static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t 
     const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h) *
                                    winograd_max_points(geo->kernel_w, geo->stride_w));
     const size_t channels = (size_t)((geo->in_channels + geo->out_channels) / geo->groups);
-    return (size_t)tiles * (sizeof(fd_winograd_tile) + 2 * sizeof(void *) + points * channels * fd_itemsize(dtype));
+    return (size_t)tiles * (sizeof(fd_winograd_tile) + 2 * sizeof(void *) + points * channels * fd_itemsize(dtype)) +
+           (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
 }
 
 /* The chunk of fd_operands is the phase kernel's (its fallback); the tile chunk is recomputed in run. */
@@ -255,6 +256,8 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     FD_REAL **c_rows = (FD_REAL **)(a_rows + chunk);
     FD_REAL *V = (FD_REAL *)(c_rows + chunk);
     FD_REAL *M = V + points_max * chunk * Cig;
+    FD_REAL *zeros = M + points_max * chunk * Cog;
+    memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
 
@@ -269,7 +272,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
             const ptrdiff_t mx = fx->m, Jx = (Wo - rx + sW - 1) / sW, TJx = (Jx + mx - 1) / mx;
             const ptrdiff_t points = fy->n * fx->n;
             const fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
-                                          y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig,
+                                          y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, zeros,
                                           y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
                                           Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
                                           bias ? bias + g * Cog + c0 : NULL};

@@ -15,7 +15,10 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define FD_WINOGRAD_VECTORS 1
 #define FD_WINLINE static inline __attribute__((always_inline)) FD_TARGET
+/* the tile loops (at most FD_WINOGRAD_MAX_POINTS long) unrolled, so that constant tables fold */
+#define FD_UNROLL _Pragma("GCC unroll 8")
 #else
+#define FD_UNROLL
 #define FD_WINOGRAD_VECTORS 0
 #define FD_WINLINE static inline
 #endif

@@ -51,6 +51,7 @@ typedef struct {
     ptrdiff_t x_image, x_pixel;    /* between images (H*W*C_in) and pixels (C_in) */
     ptrdiff_t y0, x0;              /* tile output (jy, jx) reads input from (jy + y0, jx + x0) */
     ptrdiff_t channels;            /* Cig: the channels transformed */
+    const void *zeros;             /* Cig zeros: the pixels outside the image */
     void *y;                       /* output: image 0, phase pixel (0, 0), the task's first channel */
     ptrdiff_t Jy, Jx;              /* the phase's rows and columns */
     ptrdiff_t y_image, y_row, y_col; /* between images (Ho*Wo*C_out), phase rows (sH*Wo*C_out), phase columns (sW*C_out) */

@@ -16,6 +16,11 @@ typedef FD_REAL WV __attribute__((vector_size(FD_WVEC_BYTES)));
 typedef FD_REAL WV;
 #endif
 
+FD_WINLINE WV FD_ISA_FN(wv_zero)(void) {
+    const WV zero = {0};
+    return zero;
+}
+
 /* n (<= WL) elements from p; the other lanes zero. */
 FD_WINLINE WV FD_ISA_FN(wv_load)(const FD_REAL *p, ptrdiff_t n) {
     WV v;
@@ -44,36 +49,30 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
 #define WV_COMBINE(out, count, coef, in)                                                 \
     do {                                                                                 \
         int first_ = 1;                                                                  \
-        for (int j_ = 0; j_ < (count); j_++) {                                           \
+        FD_UNROLL for (int j_ = 0; j_ < (count); j_++) {                                           \
             const FD_REAL c_ = (FD_REAL)(coef)[j_];                                      \
             if (c_ == 0) continue;                                                       \
             if (first_) (out) = c_ * (in)[j_];                                           \
             else (out) += c_ * (in)[j_];                                                 \
             first_ = 0;                                                                  \
         }                                                                                \
-        if (first_) memset(&(out), 0, sizeof(out));                                      \
+        if (first_) (out) = FD_ISA_FN(wv_zero)();                                        \
     } while (0)
 
-/* One tile's input transform for the channels [c, c + n): row[a] is input row (jy + y0 + a) at
- * column 0, NULL outside the image; bit b of cols_inside says column ix0 + b is inside. */
+/* One tile's input transform for the channels [c, c + n): pix[a*nx + b] is input pixel
+ * (iy0 + a, ix0 + b), or a row of zeros outside the image. */
 FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy, const double *BTx,
-                                  const FD_REAL *const *row, ptrdiff_t ix0, unsigned cols_inside, ptrdiff_t x_pixel,
-                                  ptrdiff_t c, FD_REAL *V, ptrdiff_t v_point, ptrdiff_t n) {
+                                  const FD_REAL *const *pix, ptrdiff_t c, FD_REAL *V, ptrdiff_t v_point, ptrdiff_t n) {
     WV t[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS]; /* [a][q]: rows of d transformed along columns */
-    for (int a = 0; a < ny; a++) {
+    FD_UNROLL for (int a = 0; a < ny; a++) {
         WV d[FD_WINOGRAD_MAX_POINTS];
-        for (int b = 0; b < nx; b++) {
-            if (row[a] != NULL && (cols_inside >> b & 1u))
-                d[b] = FD_ISA_FN(wv_load)(row[a] + (ix0 + b) * x_pixel + c, n);
-            else
-                memset(&d[b], 0, sizeof d[b]);
-        }
-        for (int q = 0; q < nx; q++) WV_COMBINE(t[a][q], nx, BTx + q * nx, d);
+        FD_UNROLL for (int b = 0; b < nx; b++) d[b] = FD_ISA_FN(wv_load)(pix[a * nx + b] + c, n);
+        FD_UNROLL for (int q = 0; q < nx; q++) WV_COMBINE(t[a][q], nx, BTx + q * nx, d);
     }
-    for (int p = 0; p < ny; p++) {
-        for (int q = 0; q < nx; q++) {
+    FD_UNROLL for (int p = 0; p < ny; p++) {
+        FD_UNROLL for (int q = 0; q < nx; q++) {
             WV column[FD_WINOGRAD_MAX_POINTS], v;
-            for (int a = 0; a < ny; a++) column[a] = t[a][q];
+            FD_UNROLL for (int a = 0; a < ny; a++) column[a] = t[a][q];
             WV_COMBINE(v, ny, BTy + p * ny, column);
             FD_ISA_FN(wv_store)(V + (p * nx + q) * v_point + c, v, n);
         }
@@ -87,18 +86,17 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
                                    ptrdiff_t y_row, ptrdiff_t y_col, ptrdiff_t rows, ptrdiff_t cols,
                                    const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n, WV *guard) {
     WV m[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS], b0;
-    if (bias != NULL) b0 = FD_ISA_FN(wv_load)(bias + c, n);
-    else memset(&b0, 0, sizeof b0);
-    for (int p = 0; p < ny; p++)
-        for (int q = 0; q < nx; q++) m[p][q] = FD_ISA_FN(wv_load)(M + (p * nx + q) * m_point + c, n);
-    for (int a = 0; a < my && a < rows; a++) {
+    b0 = bias != NULL ? FD_ISA_FN(wv_load)(bias + c, n) : FD_ISA_FN(wv_zero)();
+    FD_UNROLL for (int p = 0; p < ny; p++)
+        FD_UNROLL for (int q = 0; q < nx; q++) m[p][q] = FD_ISA_FN(wv_load)(M + (p * nx + q) * m_point + c, n);
+    FD_UNROLL for (int a = 0; a < my && a < rows; a++) {
         WV t[FD_WINOGRAD_MAX_POINTS]; /* row a of the output, still nx points along columns */
-        for (int q = 0; q < nx; q++) {
+        FD_UNROLL for (int q = 0; q < nx; q++) {
             WV column[FD_WINOGRAD_MAX_POINTS];
-            for (int p = 0; p < ny; p++) column[p] = m[p][q];
+            FD_UNROLL for (int p = 0; p < ny; p++) column[p] = m[p][q];
             WV_COMBINE(t[q], ny, ATy + a * ny, column);
         }
-        for (int b = 0; b < mx && b < cols; b++) {
+        FD_UNROLL for (int b = 0; b < mx && b < cols; b++) {
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
@@ -111,21 +109,22 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
 FD_WINLINE void FD_ISA_FN(win_input_tiles)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,
                                            ptrdiff_t count, FD_REAL *V, const int ny, const int nx,
                                            const double *BTy, const double *BTx) {
-    const FD_REAL *x = (const FD_REAL *)ph->x;
+    const FD_REAL *x = (const FD_REAL *)ph->x, *zeros = (const FD_REAL *)ph->zeros;
     const ptrdiff_t C = ph->channels, v_point = count * C;
     for (ptrdiff_t t = 0; t < count; t++) {
         const ptrdiff_t iy0 = tiles[t].jy + ph->y0, ix0 = tiles[t].jx + ph->x0;
-        const FD_REAL *row[FD_WINOGRAD_MAX_POINTS];
-        unsigned cols_inside = 0;
-        for (int a = 0; a < ny; a++) {
+        const FD_REAL *pix[FD_WINOGRAD_MAX_POINTS * FD_WINOGRAD_MAX_POINTS];
+        FD_UNROLL for (int a = 0; a < ny; a++) {
             const ptrdiff_t iy = iy0 + a;
-            row[a] = iy >= 0 && iy < ph->H ? x + tiles[t].n * ph->x_image + iy * ph->W * ph->x_pixel : NULL;
+            const int row_inside = iy >= 0 && iy < ph->H;
+            const FD_REAL *row = row_inside ? x + tiles[t].n * ph->x_image + iy * ph->W * ph->x_pixel : zeros;
+            FD_UNROLL for (int b = 0; b < nx; b++) {
+                const int inside = row_inside && ix0 + b >= 0 && ix0 + b < ph->W;
+                pix[a * nx + b] = inside ? row + (ix0 + b) * ph->x_pixel : zeros;
+            }
         }
-        for (int b = 0; b < nx; b++)
-            if (ix0 + b >= 0 && ix0 + b < ph->W) cols_inside |= 1u << b;
         for (ptrdiff_t c = 0; c < C; c += WL)
-            FD_ISA_FN(win_in)(ny, nx, BTy, BTx, row, ix0, cols_inside, ph->x_pixel, c, V + t * C, v_point,
-                              C - c < WL ? C - c : WL);
+            FD_ISA_FN(win_in)(ny, nx, BTy, BTx, pix, c, V + t * C, v_point, C - c < WL ? C - c : WL);
     }
 }
 
@@ -134,8 +133,7 @@ FD_WINLINE int FD_ISA_FN(win_output_tiles)(const fd_winograd_phase *ph, const fd
                                            const int my, const int mx, const double *ATy, const double *ATx) {
     const ptrdiff_t cols = ph->cols, m_point = count * cols;
     const FD_REAL *bias = (const FD_REAL *)ph->bias;
-    WV guard;
-    memset(&guard, 0, sizeof guard);
+    WV guard = FD_ISA_FN(wv_zero)();
     for (ptrdiff_t t = 0; t < count; t++) {
         FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + tiles[t].jy * ph->y_row + tiles[t].jx * ph->y_col;
         const ptrdiff_t rows = ph->Jy - tiles[t].jy, columns = ph->Jx - tiles[t].jx;
