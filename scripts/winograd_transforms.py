@@ -7,9 +7,15 @@ as y = AT [(G g) * (BT d)] (elementwise product of n "points") with n multiplies
 AT (m x n) and G (n x r) are the modified Toom-Cook choice (Lavin & Gray 2016, "wincnn"): n - 1
 finite interpolation points p_j and the point at infinity,
     AT[i][j] = p_j^i,          AT[i][n-1] = [i == m-1]
-    G[j][k]  = p_j^k / f_j,    G[n-1][k]  = [k == r-1],   f_j = prod_{l != j} (p_j - p_l)
-and BT (n x n) is the unique solution of the m*r*n equations that make the identity hold for every d
-and g, solved here with exact fractions. The 2-D transform is the outer product of two 1-D ones.
+    G[j][k]  = p_j^k,          G[n-1][k]  = [k == r-1]
+(wincnn divides G's row j by f_j = prod_{l != j} (p_j - p_l); here that factor lands in BT), and BT
+(n x n) is the unique solution of the m*r*n equations that make the identity hold for every d and g,
+solved here with exact fractions. The 2-D transform is the outer product of two 1-D ones.
+
+Nesting: F(m, r) uses the first n - 1 points of POINTS and infinity, and G's rows depend only on the
+point, so the filter transform of a smaller tile is a subset of a larger one's: point j < n - 1 of
+F(m', r) is point j of F(m, r), and its infinity is F(m, r)'s last point. The algorithm packs G g once
+for its largest tile and reads the smaller tiles' points (an image's last tile along an axis) from it.
 
 Run `python scripts/winograd_transforms.py > src/winograd_transforms.h`; tests/test_winograd.py checks
 that the header is what this script prints.
@@ -22,7 +28,7 @@ from itertools import product
 POINTS = [Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2), Fraction(-1, 2)]
 
 # (m, r) generated: every tile the algorithm can use (r = 1 is the identity, no savings).
-TILES = [(m, 1) for m in range(1, 7)] + [(2, 2), (3, 2), (4, 2), (5, 2), (2, 3), (3, 3), (4, 3)]
+TILES = [(m, 1) for m in range(1, 7)] + [(1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (1, 3), (2, 3), (3, 3), (4, 3)]
 
 
 def solve(rows, rhs):
@@ -56,13 +62,8 @@ def transforms(m, r):
         eye = [[Fraction(int(i == j)) for j in range(n)] for i in range(n)]
         return eye, [[Fraction(1)] for _ in range(n)], eye
     p = POINTS[:n - 1]
-    f = [1] * (n - 1)
-    for j in range(n - 1):
-        for l in range(n - 1):
-            if l != j:
-                f[j] *= p[j] - p[l]
     AT = [[p[j] ** i for j in range(n - 1)] + [Fraction(int(i == m - 1))] for i in range(m)]
-    G = [[p[j] ** k / f[j] for k in range(r)] for j in range(n - 1)] + [[Fraction(int(k == r - 1)) for k in range(r)]]
+    G = [[p[j] ** k for k in range(r)] for j in range(n - 1)] + [[Fraction(int(k == r - 1)) for k in range(r)]]
     # sum_j AT[i][j] G[j][k] BT[j][l] = [l == i + k] for all i, k: one system per column l of BT
     rows = [[AT[i][j] * G[j][k] for j in range(n)] for i, k in product(range(m), range(r))]
     columns = [solve(rows, [Fraction(int(l == i + k)) for i, k in product(range(m), range(r))]) for l in range(n)]

@@ -52,22 +52,41 @@ static ptrdiff_t winograd_taps(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad
     return first < kernel ? fd_ceil_div(kernel - first, stride) : 0;
 }
 
-/* Outputs per tile side for a phase of `taps` taps (1 for a phase without taps: it only gets the bias). */
-static ptrdiff_t winograd_tile_side(ptrdiff_t taps) { return taps > 0 ? fd_winograd_for_taps(taps)->m : 1; }
+/* The tile whose U the blob holds for an axis of `taps` taps: the largest (fd_winograd_for_taps), but
+ * F(2, 2) for two taps in layers with more than 64 input channels per group. Those are GEMM-bound and
+ * their U is large: F(3, 2)'s 16 points of Cig x Cog stream from the outer caches where F(2, 2)'s 9 stay
+ * closer (measured: dcgan1-3 faster with F(2, 2), the 32-channel layers with F(3, 2)). NULL without taps. */
+static const fd_winograd_1d *winograd_packed_tile(ptrdiff_t taps, ptrdiff_t in_per_group) {
+    if (taps <= 0) return NULL;
+    return taps == 2 && in_per_group > 64 ? fd_winograd_find(2, 2) : fd_winograd_for_taps(taps);
+}
+
+/* The tile along an axis of `taps` taps and `outputs` outputs (the phase's rows or columns): the packed
+ * one, or F(2, 2) in place of F(3, 2) (its points are a subset) for fewer than 12 outputs, where more of
+ * F(3, 2)'s tiles would be the shorter last ones. */
+static const fd_winograd_1d *winograd_tile(ptrdiff_t taps, ptrdiff_t outputs, ptrdiff_t in_per_group) {
+    const fd_winograd_1d *packed = winograd_packed_tile(taps, in_per_group);
+    return packed != NULL && taps == 2 && outputs < 12 ? fd_winograd_find(2, 2) : packed;
+}
+
+/* Outputs per tile side (1 for a phase without taps: it only gets the bias). */
+static ptrdiff_t winograd_tile_side(ptrdiff_t taps, ptrdiff_t outputs, ptrdiff_t in_per_group) {
+    return taps > 0 ? winograd_tile(taps, outputs, in_per_group)->m : 1;
+}
 
 /* The most points per tile side of any phase along an axis. */
-static ptrdiff_t winograd_max_points(ptrdiff_t kernel, ptrdiff_t stride) {
+static ptrdiff_t winograd_max_points(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t in_per_group) {
     ptrdiff_t most = 1;
     for (ptrdiff_t taps = 1; taps <= fd_ceil_div(kernel, stride) && taps <= 3; taps++)
-        if (fd_winograd_for_taps(taps)->n > most) most = fd_winograd_for_taps(taps)->n;
+        if (winograd_packed_tile(taps, in_per_group)->n > most) most = winograd_packed_tile(taps, in_per_group)->n;
     return most;
 }
 
 /* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 24 tiles (the GEMM
  * row tiles, MR = 6, 8 and 12, all divide it). */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
-    const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h) *
-                             winograd_max_points(geo->kernel_w, geo->stride_w);
+    const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, geo->in_channels / geo->groups) *
+                             winograd_max_points(geo->kernel_w, geo->stride_w, geo->in_channels / geo->groups);
     const size_t per_tile = (size_t)points * (size_t)((geo->in_channels + geo->out_channels) / geo->groups + 1) *
                             fd_itemsize(dtype);
     ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 24 * 24;
@@ -77,8 +96,8 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
 
 /* The workspace of a chunk: its tile list, A and C row pointers, V and M. */
 static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t tiles) {
-    const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h) *
-                                   winograd_max_points(geo->kernel_w, geo->stride_w));
+    const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h, geo->in_channels / geo->groups) *
+                                   winograd_max_points(geo->kernel_w, geo->stride_w, geo->in_channels / geo->groups));
     const size_t channels = (size_t)((geo->in_channels + geo->out_channels) / geo->groups);
     return (size_t)tiles * (sizeof(fd_winograd_tile) + 2 * sizeof(void *) + points * channels * fd_itemsize(dtype)) +
            (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
@@ -97,7 +116,8 @@ static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *ta
     const ptrdiff_t sH = geo->stride_h, cols = geo->out_channels / geo->groups;
     ptrdiff_t count = 0;
     for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
-        const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry));
+        const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry),
+                                                fd_ceil_div(geo->out_h - ry, sH), geo->in_channels / geo->groups);
         const ptrdiff_t rows = geo->batch * fd_ceil_div(fd_ceil_div(geo->out_h - ry, sH), my);
         const ptrdiff_t pixels = geo->batch * fd_ceil_div(geo->out_h - ry, sH) * fd_ceil_div(geo->out_w, geo->stride_w);
         if (threads > 1 && pixels < cols && cols > FD_GEMM_COLUMN_ALIGN) {
@@ -157,7 +177,7 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
         for (ptrdiff_t ry = 0; ry < sH; ry++)
             for (ptrdiff_t rx = 0; rx < sW; rx++) {
                 const ptrdiff_t Ty = winograd_taps(kH, sH, geo->pad_top, ry), Tx = winograd_taps(kW, sW, geo->pad_left, rx);
-                const size_t points = Ty > 0 && Tx > 0 ? (size_t)(fd_winograd_for_taps(Ty)->n * fd_winograd_for_taps(Tx)->n) : 0;
+                const size_t points = Ty > 0 && Tx > 0 ? (size_t)(winograd_packed_tile(Ty, Cig)->n * winograd_packed_tile(Tx, Cig)->n) : 0;
                 FD_REAL *part = (FD_REAL *)fd_blob_add(&b, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx),
                                                        points * point_size * sizeof(FD_REAL));
                 if (parts != NULL) parts[(g * sH + ry) * sW + rx] = part;
@@ -179,7 +199,7 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
                 const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, *kx = taps_x + rx * (1 + kW) + 1;
                 const ptrdiff_t Ty = ky[-1], Tx = kx[-1];
                 if (Ty == 0 || Tx == 0 || point_size == 0) continue;
-                const fd_winograd_1d *fy = fd_winograd_for_taps(Ty), *fx = fd_winograd_for_taps(Tx);
+                const fd_winograd_1d *fy = winograd_packed_tile(Ty, Cig), *fx = winograd_packed_tile(Tx, Cig);
                 FD_REAL *part = parts[(g * sH + ry) * sW + rx];
                 for (ptrdiff_t p = 0; p < fy->n; p++)
                     for (ptrdiff_t q = 0; q < fx->n; q++) {
@@ -219,7 +239,31 @@ static void FD_FN(winograd_bias_only)(const fd_geometry *geo, const FD_REAL *bia
         }
 }
 
-/* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)). */
+/* One chunk of tiles of one kind (ph->fy x ph->fx, whose points are a subset of the packed tiles
+ * fy x fx: the blob holds their U): input transform, one GEMM per point, output transform. Returns 1 if an output is not finite. */
+static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
+                                 const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *U,
+                                 size_t point_size, FD_REAL *V, FD_REAL *M, const FD_REAL **a_rows, FD_REAL **c_rows)
+{
+    const ptrdiff_t Cig = ph->channels, cols = ph->cols;
+    FD_FN(winograd_input)(ph, tiles, count, V);
+    for (ptrdiff_t p = 0; p < ph->fy->n; p++)
+        for (ptrdiff_t q = 0; q < ph->fx->n; q++) {
+            const ptrdiff_t point = p * ph->fx->n + q;
+            const ptrdiff_t packed = fd_winograd_point(ph->fy, fy, p) * fx->n + fd_winograd_point(ph->fx, fx, q);
+            for (ptrdiff_t t = 0; t < count; t++) {
+                a_rows[t] = V + (point * count + t) * Cig;
+                c_rows[t] = M + (point * count + t) * cols;
+            }
+            FD_FN(gemm_indirect)((size_t)count, (size_t)cols, 1, (size_t)Cig, a_rows, U + (size_t)packed * point_size,
+                                 NULL, c_rows, 0);
+        }
+    return FD_FN(winograd_output)(ph, tiles, count, M);
+}
+
+/* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)).
+ * Tiles are taken a kind at a time (full tiles, then each axis's last, shorter tile), so that a
+ * chunk's tiles share their transforms. */
 static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void *workspace)
 {
     const fd_geometry *geo = op->geo;
@@ -228,6 +272,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
+    const ptrdiff_t r0 = task->row_begin, r1 = task->row_end;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
     const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
@@ -236,12 +281,11 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     if (ry < 0 || ry >= sH || ry >= Ho || c0 < 0 || c1 > Cog || cols < 0 || c0 % FD_GEMM_COLUMN_ALIGN != 0)
         return FD_ERR_ARGUMENT;
     const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, Ty = ky[-1];
-    const ptrdiff_t my = winograd_tile_side(Ty), Jy = (Ho - ry + sH - 1) / sH, TJy = (Jy + my - 1) / my;
-    if (task->row_begin < 0 || task->row_end > geo->batch * TJy || task->row_begin > task->row_end)
-        return FD_ERR_ARGUMENT;
+    const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, my = winograd_tile_side(Ty, Jy, Cig), TJy = (Jy + my - 1) / my;
+    if (r0 < 0 || r1 > geo->batch * TJy || r0 > r1) return FD_ERR_ARGUMENT;
     /* the task's phase rows, for the phase kernel and the bias-only phases */
-    const ptrdiff_t pr0 = task->row_begin / TJy * Jy + (task->row_begin % TJy * my < Jy ? task->row_begin % TJy * my : Jy);
-    const ptrdiff_t pr1 = task->row_end / TJy * Jy + (task->row_end % TJy * my < Jy ? task->row_end % TJy * my : Jy);
+    const ptrdiff_t pr0 = r0 / TJy * Jy + (r0 % TJy * my < Jy ? r0 % TJy * my : Jy);
+    const ptrdiff_t pr1 = r1 / TJy * Jy + (r1 % TJy * my < Jy ? r1 % TJy * my : Jy);
     const FD_REAL **phase_a = (const FD_REAL **)workspace;
     FD_REAL **phase_c = (FD_REAL **)(phase_a + op->chunk * kH * kW);
 
@@ -250,7 +294,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
         nonfinite = 1;   /* the phase kernel: only the bias (no taps), or non-finite weights */
     const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
     const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
-    const ptrdiff_t points_max = winograd_max_points(kH, sH) * winograd_max_points(kW, sW);
+    const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
     fd_winograd_tile *tiles = (fd_winograd_tile *)workspace;
     const FD_REAL **a_rows = (const FD_REAL **)(tiles + chunk);
     FD_REAL **c_rows = (FD_REAL **)(a_rows + chunk);
@@ -260,6 +304,8 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
+    const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
+    const ptrdiff_t last_y = Jy % my;   /* outputs of each image's last tile row when shorter, else 0 */
 
     for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo && !nonfinite; rx++) {
@@ -268,34 +314,39 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
                 FD_FN(winograd_bias_only)(geo, bias, y, ry, rx, pr0, pr1, g * Cog + c0, cols);
                 continue;
             }
-            const fd_winograd_1d *fy = fd_winograd_for_taps(Ty), *fx = fd_winograd_for_taps(Tx);
-            const ptrdiff_t mx = fx->m, Jx = (Wo - rx + sW - 1) / sW, TJx = (Jx + mx - 1) / mx;
-            const ptrdiff_t points = fy->n * fx->n;
-            const fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
-                                          y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, zeros,
-                                          y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
-                                          Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
-                                          bias ? bias + g * Cog + c0 : NULL};
-            const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx));
-            const ptrdiff_t total = (task->row_end - task->row_begin) * TJx;
-            for (ptrdiff_t s = 0; s < total && !nonfinite; s += chunk) {
-                const ptrdiff_t count = total - s < chunk ? total - s : chunk;
-                for (ptrdiff_t t = 0; t < count; t++) {
-                    const ptrdiff_t q = task->row_begin + (s + t) / TJx;
-                    tiles[t].n = q / TJy;
-                    tiles[t].jy = q % TJy * my;
-                    tiles[t].jx = (s + t) % TJx * mx;
-                }
-                FD_FN(winograd_input)(&ph, tiles, count, V);
-                for (ptrdiff_t p = 0; p < points; p++) {
-                    for (ptrdiff_t t = 0; t < count; t++) {
-                        a_rows[t] = V + (p * count + t) * Cig;
-                        c_rows[t] = M + (p * count + t) * cols;
+            const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
+            const fd_winograd_1d *fx = winograd_tile(Tx, Jx, Cig), *fx_packed = winograd_packed_tile(Tx, Cig);
+            const ptrdiff_t mx = fx->m, TJx = (Jx + mx - 1) / mx, last_x = Jx % mx;
+            fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
+                                    y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, zeros,
+                                    y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
+                                    Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
+                                    bias ? bias + g * Cog + c0 : NULL};
+            const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx)) +
+                               Cig * c0;
+            for (int short_row = 0; short_row <= (last_y != 0) && !nonfinite; short_row++) {
+                ph.fy = short_row ? fd_winograd_find(last_y, Ty) : fy;
+                for (int short_col = 0; short_col <= (last_x != 0) && !nonfinite; short_col++) {
+                    ph.fx = short_col ? fd_winograd_find(last_x, Tx) : fx;
+                    const ptrdiff_t col_begin = short_col ? TJx - 1 : 0, col_end = short_col || !last_x ? TJx : TJx - 1;
+                    ptrdiff_t count = 0;
+                    for (ptrdiff_t q = r0; q < r1 && !nonfinite; q++) {
+                        if ((last_y != 0 && q % TJy == TJy - 1) != short_row) continue;
+                        for (ptrdiff_t tx = col_begin; tx < col_end; tx++) {
+                            tiles[count].n = q / TJy;
+                            tiles[count].jy = q % TJy * my;
+                            tiles[count].jx = tx * mx;
+                            if (++count == chunk) {
+                                nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size, V, M,
+                                                                  a_rows, c_rows);
+                                count = 0;
+                                if (nonfinite) break;
+                            }
+                        }
                     }
-                    FD_FN(gemm_indirect)((size_t)count, (size_t)cols, 1, (size_t)Cig, a_rows,
-                                         U + (size_t)p * point_size + (size_t)(Cig * c0), NULL, c_rows, 0);
+                    if (count > 0 && !nonfinite)
+                        nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size, V, M, a_rows, c_rows);
                 }
-                nonfinite = FD_FN(winograd_output)(&ph, tiles, count, M);
             }
         }
     }

@@ -21,26 +21,37 @@
 
 #include "winograd_transforms.h"
 
-/* The tile per tap count T (a phase's taps along one axis): F(FD_WINOGRAD_M<T>, T). Chosen by
- * measurement (the README's algorithm table and the closing note of issue 15): larger tiles do fewer
- * multiplies but their transforms amplify rounding error and cost more memory traffic per output. A
- * build may override them (-DFD_WINOGRAD_M2=4) to measure another choice. */
+/* The tile per tap count T (a phase's taps along one axis): F(FD_WINOGRAD_M<T>, T), and F(J mod m, T)
+ * for the last tile of an axis of J outputs (its points are a subset of the full tile's:
+ * scripts/winograd_transforms.py). Chosen by measurement (README, algorithm table): F(3, 2) has the
+ * direct sum's error and 16 multiplies per 9 outputs where the direct sum has 36; F(4, 2) and F(4, 3)
+ * were 4-14x less accurate than the direct sum, F(3, 3) 2.6x. A build may override them
+ * (-DFD_WINOGRAD_M2=2) to measure another choice. */
 #ifndef FD_WINOGRAD_M1
-#define FD_WINOGRAD_M1 2
+#define FD_WINOGRAD_M1 3
 #endif
 #ifndef FD_WINOGRAD_M2
-#define FD_WINOGRAD_M2 2
+#define FD_WINOGRAD_M2 3
 #endif
 #ifndef FD_WINOGRAD_M3
 #define FD_WINOGRAD_M3 2
 #endif
 
-/* The 1-D transform for T taps (1 <= T <= 3). */
-static inline const fd_winograd_1d *fd_winograd_for_taps(ptrdiff_t taps) {
-    const int m = taps == 1 ? FD_WINOGRAD_M1 : taps == 2 ? FD_WINOGRAD_M2 : FD_WINOGRAD_M3;
+/* F(m, taps), or NULL when not generated. */
+static inline const fd_winograd_1d *fd_winograd_find(ptrdiff_t m, ptrdiff_t taps) {
     for (int i = 0; i < FD_WINOGRAD_TILE_COUNT; i++)
         if (fd_winograd_tiles[i].m == m && fd_winograd_tiles[i].r == taps) return &fd_winograd_tiles[i];
     return NULL;
+}
+
+/* The largest tile for T taps (1 <= T <= 3). */
+static inline const fd_winograd_1d *fd_winograd_for_taps(ptrdiff_t taps) {
+    return fd_winograd_find(taps == 1 ? FD_WINOGRAD_M1 : taps == 2 ? FD_WINOGRAD_M2 : FD_WINOGRAD_M3, taps);
+}
+
+/* Point j of the smaller tile `part` as a point of the full tile `full` (same taps). */
+static inline ptrdiff_t fd_winograd_point(const fd_winograd_1d *part, const fd_winograd_1d *full, ptrdiff_t j) {
+    return j < part->n - 1 ? j : full->n - 1;
 }
 
 /* One stride phase of one group, as the tile transforms see it. Distances are in elements. */

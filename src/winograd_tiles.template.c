@@ -148,42 +148,59 @@ FD_WINLINE int FD_ISA_FN(win_output_tiles)(const fd_winograd_phase *ph, const fd
     return 0;
 }
 
-/* The tiles the algorithm uses (winograd_tiles.h) with their tables as constants; any other pair with
- * run-time coefficients. */
+/* The tiles the algorithm uses (winograd_tiles.h) get a function each, with their tables as constants
+ * (one function per kind keeps each small enough for good register allocation); any other pair runs
+ * with run-time coefficients. The k4 s2 tiles (F(3, 2), its last tiles F(2, 2) and F(1, 2)) and the k3 s1
+ * tile F(2, 3) with its last tile F(1, 3): the benchmark suite's layers. */
+#define WIN_CASES(CASE)                                                                  \
+    CASE(3, 2, 3, 2) CASE(3, 2, 2, 2) CASE(3, 2, 1, 2) CASE(2, 2, 3, 2) CASE(2, 2, 2, 2) \
+    CASE(2, 2, 1, 2) CASE(1, 2, 3, 2) CASE(1, 2, 2, 2) CASE(1, 2, 1, 2)                  \
+    CASE(2, 3, 2, 3) CASE(2, 3, 1, 3) CASE(1, 3, 2, 3) CASE(1, 3, 1, 3)
 #define WIN_IS(f, M, T) ((f)->m == (M) && (f)->r == (T))
-#define WIN_BT(M, T) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), _BT)
-#define WIN_AT(M, T) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), _AT)
-#define WIN_IN_CASE(MY, TY, MX, TX)                                                                           \
-    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) {                                                   \
-        FD_ISA_FN(win_input_tiles)(ph, tiles, count, V, (MY) + (TY) - 1, (MX) + (TX) - 1, &WIN_BT(MY, TY)[0][0], \
-                                   &WIN_BT(MX, TX)[0][0]);                                                    \
-        return;                                                                                               \
+#define WIN_TABLE(M, T, X) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), X)
+#define WIN_KIND_FN(name, MY, TY, MX, TX) FD_ISA_FN(FD_CAT(name, FD_CAT(FD_CAT(_##MY##_##TY, _), MX##_##TX)))
+
+#define WIN_DEFINE(MY, TY, MX, TX)                                                                                 \
+    static FD_TARGET __attribute__((noinline)) void WIN_KIND_FN(win_in, MY, TY, MX, TX)(                          \
+        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, FD_REAL *V) {                \
+        FD_ISA_FN(win_input_tiles)(ph, tiles, count, V, (MY) + (TY) - 1, (MX) + (TX) - 1,                         \
+                                   &WIN_TABLE(MY, TY, _BT)[0][0], &WIN_TABLE(MX, TX, _BT)[0][0]);                  \
+    }                                                                                                              \
+    static FD_TARGET __attribute__((noinline)) int WIN_KIND_FN(win_out, MY, TY, MX, TX)(                          \
+        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M) {          \
+        return FD_ISA_FN(win_output_tiles)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,          \
+                                           &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0]);          \
     }
-#define WIN_OUT_CASE(MY, TY, MX, TX)                                                                          \
-    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX))                                                     \
-        return FD_ISA_FN(win_output_tiles)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,        \
-                                           &WIN_AT(MY, TY)[0][0], &WIN_AT(MX, TX)[0][0]);
+WIN_CASES(WIN_DEFINE)
+
+#define WIN_IN_CASE(MY, TY, MX, TX)                                                       \
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) {                               \
+        WIN_KIND_FN(win_in, MY, TY, MX, TX)(ph, tiles, count, V);                         \
+        return;                                                                           \
+    }
+#define WIN_OUT_CASE(MY, TY, MX, TX) \
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M);
 
 static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
-                                         FD_REAL *V) {
-    WIN_IN_CASE(FD_WINOGRAD_M2, 2, FD_WINOGRAD_M2, 2)
-    WIN_IN_CASE(FD_WINOGRAD_M3, 3, FD_WINOGRAD_M3, 3)
+                                                FD_REAL *V) {
+    WIN_CASES(WIN_IN_CASE)
     FD_ISA_FN(win_input_tiles)(ph, tiles, count, V, ph->fy->n, ph->fx->n, ph->fy->BT, ph->fx->BT);
 }
 
 static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
-                                         const FD_REAL *M) {
-    WIN_OUT_CASE(FD_WINOGRAD_M2, 2, FD_WINOGRAD_M2, 2)
-    WIN_OUT_CASE(FD_WINOGRAD_M3, 3, FD_WINOGRAD_M3, 3)
+                                                const FD_REAL *M) {
+    WIN_CASES(WIN_OUT_CASE)
     return FD_ISA_FN(win_output_tiles)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
                                        ph->fx->AT);
 }
 
+#undef WIN_DEFINE
+#undef WIN_KIND_FN
+#undef WIN_TABLE
+#undef WIN_CASES
 #undef WIN_IN_CASE
 #undef WIN_OUT_CASE
 #undef WIN_IS
-#undef WIN_BT
-#undef WIN_AT
 #undef WV_COMBINE
 #undef WV
 #undef WL
