@@ -22,7 +22,8 @@
  *
  * A unit may also take only the output channels [col_begin, col_end) of each group, so that
  * threads can split B's columns when B is larger than A (few pixels, many weights);
- * col_begin must be a multiple of FD_GEMM_COLUMN_ALIGN (B's packed panels start there).
+ * col_begin must be a multiple of FD_GEMM_COLUMN_ALIGN (B's packed panels start there). The column
+ * phases computed are [rx_begin, rx_end) (all of them for this algorithm; "winograd" computes some itself).
  *
  * taps_y: sH rows of (1 + kH) entries: the count Ty(ry), then the ky values (ascending);
  * taps_x likewise. B's K index is (ty*Tx + tx)*Cig + i, matching a_rows[m*T + ty*Tx + tx].
@@ -107,7 +108,8 @@ static inline int FD_FN(phase_pixel)(const phase_pixels *p, const FD_REAL *x_gro
 static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, const FD_REAL *FD_RESTRICT x,
                                     const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
                                     ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
-                                    ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
+                                    ptrdiff_t rx_begin, ptrdiff_t rx_end, ptrdiff_t chunk_pixels,
+                                    const FD_REAL **a_rows, FD_REAL **c_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
@@ -139,7 +141,7 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
         const ptrdiff_t r1 = r0 + rows_per_chunk < row_end ? r0 + rows_per_chunk : row_end;
         for (ptrdiff_t g = 0; g < G; g++) {
             const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
-            for (ptrdiff_t rx = 0; rx < sW && rx < Wo; rx++) {
+            for (ptrdiff_t rx = rx_begin; rx < rx_end && rx < sW && rx < Wo; rx++) {
                 const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
                 const ptrdiff_t Tx = kx_list[-1], T = Ty * Tx;
                 const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
@@ -273,7 +275,7 @@ static int FD_FN(phase_run)(const fd_operands *op, const fd_task *t, void *works
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
     return FD_FN(deconv_phase_rows)(op->geo, op->packed, (const FD_REAL *)op->x, (const FD_REAL *)op->bias,
                                     (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
-                                    op->chunk, a_rows, c_rows);
+                                    0, op->geo->stride_w, op->chunk, a_rows, c_rows);
 }
 
 #endif

@@ -33,7 +33,9 @@
 
 /* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
  * transforms and the GEMMs. */
-#define FD_WINOGRAD_CHUNK_BYTES (1 << 20)
+#ifndef FD_WINOGRAD_CHUNK_BYTES
+#define FD_WINOGRAD_CHUNK_BYTES (256 << 10)
+#endif
 #define FD_WINOGRAD_MAX_CHUNK_TILES 768
 
 static const char *winograd_unsupported(const fd_geometry *geo) {
@@ -90,7 +92,7 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const size_t per_tile = (size_t)points * (size_t)((geo->in_channels + geo->out_channels) / geo->groups + 1) *
                             fd_itemsize(dtype);
     ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 24 * 24;
-    if (tiles < 24) tiles = 24;
+    if (tiles < 48) tiles = 48;
     return tiles < FD_WINOGRAD_MAX_CHUNK_TILES ? tiles : FD_WINOGRAD_MAX_CHUNK_TILES;
 }
 
@@ -225,20 +227,6 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
     return status;
 }
 
-/* Outputs of phase (ry, rx) without taps along columns (Tx = 0): the bias, for the phase rows
- * [pr0, pr1) (counted across the batch) and channels [c0, c1) of group g. */
-static void FD_FN(winograd_bias_only)(const fd_geometry *geo, const FD_REAL *bias, FD_REAL *y, ptrdiff_t ry,
-                                      ptrdiff_t rx, ptrdiff_t pr0, ptrdiff_t pr1, ptrdiff_t channel0, ptrdiff_t cols)
-{
-    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels, sH = geo->stride_h, sW = geo->stride_w;
-    const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, Jx = (Wo - rx + sW - 1) / sW;
-    for (ptrdiff_t r = pr0; r < pr1; r++)
-        for (ptrdiff_t jx = 0; jx < Jx; jx++) {
-            FD_REAL *out = y + (((r / Jy) * Ho + ry + (r % Jy) * sH) * Wo + rx + jx * sW) * Cout + channel0;
-            for (ptrdiff_t o = 0; o < cols; o++) out[o] = bias ? bias[channel0 + o] : (FD_REAL)0;
-        }
-}
-
 /* One chunk of tiles of one kind (ph->fy x ph->fx, whose points are a subset of the packed tiles
  * fy x fx: the blob holds their U): input transform, one GEMM per point, output transform. Returns 1 if an output is not finite. */
 static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
@@ -283,15 +271,15 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, Ty = ky[-1];
     const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, my = winograd_tile_side(Ty, Jy, Cig), TJy = (Jy + my - 1) / my;
     if (r0 < 0 || r1 > geo->batch * TJy || r0 > r1) return FD_ERR_ARGUMENT;
-    /* the task's phase rows, for the phase kernel and the bias-only phases */
+    /* the task's phase rows, for the phase kernel */
     const ptrdiff_t pr0 = r0 / TJy * Jy + (r0 % TJy * my < Jy ? r0 % TJy * my : Jy);
     const ptrdiff_t pr1 = r1 / TJy * Jy + (r1 % TJy * my < Jy ? r1 % TJy * my : Jy);
     const FD_REAL **phase_a = (const FD_REAL **)workspace;
     FD_REAL **phase_c = (FD_REAL **)(phase_a + op->chunk * kH * kW);
 
     int nonfinite = 0;
-    if (Ty == 0 || Cig == 0 || !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE))
-        nonfinite = 1;   /* the phase kernel: only the bias (no taps), or non-finite weights */
+    if (Ty < 2 || Cig == 0 || !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE))
+        nonfinite = 1;   /* the phase kernel: no row phase with fewer multiplies, or non-finite weights */
     const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
     const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
     const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
@@ -310,8 +298,11 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo && !nonfinite; rx++) {
             const ptrdiff_t *kx = taps_x + rx * (1 + kW) + 1, Tx = kx[-1];
-            if (Tx == 0) {
-                FD_FN(winograd_bias_only)(geo, bias, y, ry, rx, pr0, pr1, g * Cog + c0, cols);
+            if (Ty < 2 || Tx < 2) {   /* no axis with fewer multiplies (k3 s2's odd phases): direct */
+                const int status = g > 0 ? FD_OK :   /* every group at once */
+                    FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, rx, rx + 1, op->chunk,
+                                             phase_a, phase_c);
+                if (status != FD_OK) return status;
                 continue;
             }
             const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
@@ -353,7 +344,8 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     if (!nonfinite) return FD_OK;
     /* Some output is NaN or infinite (or the layer has a non-finite weight): the whole task again,
        by the phase kernel, whose sums have no cross terms. */
-    return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, op->chunk, phase_a, phase_c);
+    return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, 0, sW, op->chunk, phase_a,
+                                    phase_c);
 }
 
 #endif

@@ -48,23 +48,45 @@
 #undef FD_ISA
 #undef FD_WVEC_BYTES
 
-/* fd_gemm_get_isa() only returns a path whose features this CPU has (gemm.c checks the same lists). */
+/* A clone runs only where the CPU has every feature it was compiled for (the GEMM's choice checks the
+ * same lists; this keeps the transforms safe on their own). */
+static int winograd_avx512_ok(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES); }
+static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
+
 #define WINOGRAD_DISPATCH(prefix, real)                                                                     \
     void fd_##prefix##winograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, real *V) {                                            \
         switch (fd_gemm_get_isa()) {                                                                        \
-        case FD_ISA_AVX512: fd_##prefix##winograd_input_avx512(ph, tiles, count, V); return;                \
-        case FD_ISA_AVX2: fd_##prefix##winograd_input_avx2(ph, tiles, count, V); return;                    \
-        default: fd_##prefix##winograd_input_portable(ph, tiles, count, V); return;                         \
+        case FD_ISA_AVX512:                                                                                 \
+            if (winograd_avx512_ok()) {                                                                     \
+                fd_##prefix##winograd_input_avx512(ph, tiles, count, V);                                    \
+                return;                                                                                     \
+            }                                                                                               \
+            /* fall through */                                                                              \
+        case FD_ISA_AVX2:                                                                                   \
+            if (winograd_avx2_ok()) {                                                                       \
+                fd_##prefix##winograd_input_avx2(ph, tiles, count, V);                                      \
+                return;                                                                                     \
+            }                                                                                               \
+            break;                                                                                          \
+        default:                                                                                            \
+            break;                                                                                          \
         }                                                                                                   \
+        fd_##prefix##winograd_input_portable(ph, tiles, count, V);                                          \
     }                                                                                                       \
     int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, const real *M) {                                      \
         switch (fd_gemm_get_isa()) {                                                                        \
-        case FD_ISA_AVX512: return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);                \
-        case FD_ISA_AVX2: return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);                    \
-        default: return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                         \
+        case FD_ISA_AVX512:                                                                                 \
+            if (winograd_avx512_ok()) return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);      \
+            /* fall through */                                                                              \
+        case FD_ISA_AVX2:                                                                                   \
+            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);          \
+            break;                                                                                          \
+        default:                                                                                            \
+            break;                                                                                          \
         }                                                                                                   \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
     }
 #else
 #define WINOGRAD_DISPATCH(prefix, real)                                                                     \
