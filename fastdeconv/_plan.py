@@ -173,7 +173,7 @@ class ConvTranspose2d(_Layer):
     C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
     ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
 
-    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "depthwise"; ValueError if it cannot
+    ``algorithm`` forces a CPU algorithm ("phase", "col2im", "winograd", "depthwise"; ValueError if it cannot
     run the layer); by default the layer's shape chooses (``fastdeconv._cpu_backend.choose_algorithm``).
     ``backend`` is "cpu", "reference" (the numpy oracle, for checking), "auto" (decided per call, as
     the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph

@@ -1,0 +1,270 @@
+"""The "winograd" algorithm (src/deconv_winograd.template.c): its transforms, every shape class it
+handles against the reference on every ISA path, its error against the direct sum's, where NaN and Inf
+land, and when the automatic choice takes it.
+
+Its results are not the direct sum's bit for bit (the transforms reassociate), so the comparisons are
+(a) element-wise within the package's per-dtype tolerance on same-signed data (helpers.Case: nothing
+cancels, so a dropped or doubled term shows), and (b) on signed data, the error against the float64
+reference within 4x the "phase" algorithm's (the direct sum over the same phases).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import fastdeconv
+from fastdeconv import _cpu_backend
+from fastdeconv._params import resolve_conv_transpose2d
+from helpers import GEMM_ISAS, Case, assert_close, check_case, examples, gemm_isa, threaded
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATOR = ROOT / "scripts" / "winograd_transforms.py"
+HEADER = ROOT / "src" / "winograd_transforms.h"
+needs_source = pytest.mark.skipif(not (GENERATOR.exists() and HEADER.exists()), reason="needs the source tree")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("winograd_transforms", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. The transforms
+# ----------------------------------------------------------------------------------------------
+
+
+@needs_source
+def test_header_is_what_the_generator_prints():
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _generator().main()
+    assert HEADER.read_text() == printed.getvalue(), "regenerate: python scripts/winograd_transforms.py > " \
+                                                     "src/winograd_transforms.h"
+
+
+@needs_source
+@pytest.mark.parametrize("m,r", [(1, 2), (2, 2), (3, 2), (1, 3), (2, 3), (3, 1)])
+def test_transform_computes_the_correlation_exactly(m, r):
+    """In exact rationals, AT[(G g) * (BT d)] is the correlation for random integer d and g."""
+    gen = _generator()
+    AT, G, BT = gen.transforms(m, r)
+    rng = np.random.default_rng(m * 10 + r)
+    for _ in range(5):
+        d = [gen.Fraction(int(v)) for v in rng.integers(-9, 10, m + r - 1)]
+        g = [gen.Fraction(int(v)) for v in rng.integers(-9, 10, r)]
+        gg = [sum(G[j][k] * g[k] for k in range(r)) for j in range(m + r - 1)]
+        bd = [sum(BT[j][l] * d[l] for l in range(m + r - 1)) for j in range(m + r - 1)]
+        y = [sum(AT[i][j] * gg[j] * bd[j] for j in range(m + r - 1)) for i in range(m)]
+        assert y == [sum(d[i + u] * g[u] for u in range(r)) for i in range(m)]
+
+
+@needs_source
+@pytest.mark.parametrize("r,full", [(2, 3), (3, 2)])
+def test_smaller_tiles_read_their_points_from_the_packed_tile(r, full):
+    """The kernel packs G g for the largest tile only: a shorter last tile's point j is the packed
+    tile's point j (its last point, infinity, the packed tile's last) - their G rows must be equal."""
+    gen = _generator()
+    _, G_full, _ = gen.transforms(full, r)
+    for m in range(1, full):
+        _, G, _ = gen.transforms(m, r)
+        n = m + r - 1
+        for j in range(n):
+            assert G[j] == G_full[j if j < n - 1 else full + r - 2], (m, r, j)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Every shape class against the reference, on every ISA path
+# ----------------------------------------------------------------------------------------------
+
+# (name, Case): phase extents J (outputs per phase along an axis) are chosen so that F(3, 2) has no
+# shorter last tile, one of 1 and one of 2 outputs, and so that axes under 12 outputs take F(2, 2).
+NAMED = [
+    ("k4s2p1", Case(hw=(6, 6), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("k4s2p0", Case(hw=(5, 5), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=0)),
+    ("k4s2_output_padding", Case(hw=(5, 7), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1,
+                                 output_padding=1)),
+    ("k4s2_groups", Case(n=2, hw=(7, 5), c_in=8, c_out=12, groups=2, kernel=(4, 4), stride=2, padding=1)),
+    ("k4s2_depth_groups", Case(hw=(6, 6), c_in=12, c_out=24, groups=4, kernel=(4, 4), stride=2, padding=1)),
+    ("k3s1p1", Case(hw=(7, 6), c_in=8, c_out=16, kernel=(3, 3), stride=1, padding=1)),
+    ("k3s1p0", Case(hw=(5, 8), c_in=8, c_out=16, kernel=(3, 3), stride=1, padding=0)),
+    ("k3s2_output_padding", Case(hw=(7, 5), c_in=8, c_out=16, kernel=(3, 3), stride=2, padding=1,
+                                 output_padding=1)),
+    ("k3s2p0", Case(hw=(6, 7), c_in=8, c_out=16, kernel=(3, 3), stride=2)),
+    ("k2s1", Case(hw=(6, 5), c_in=8, c_out=16, kernel=(2, 2), stride=1)),
+    ("k5s2", Case(hw=(6, 5), c_in=8, c_out=16, kernel=(5, 5), stride=2, padding=2, output_padding=1)),
+    ("k6s2", Case(hw=(5, 6), c_in=8, c_out=16, kernel=(6, 6), stride=2, padding=2)),
+    ("k4x3_s2x1", Case(hw=(7, 6), c_in=8, c_out=16, kernel=(4, 3), stride=(2, 1), padding=(1, 1))),
+    ("odd_sizes_N3", Case(n=3, hw=(9, 11), c_in=7, c_out=5, kernel=(4, 4), stride=2, padding=1)),
+    ("tile_edges_J13_J14", Case(hw=(13, 14), c_in=16, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("tile_edges_J12_J16", Case(hw=(12, 16), c_in=16, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("tiny_image", Case(hw=(1, 2), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("channel_tails", Case(hw=(13, 5), c_in=33, c_out=17, kernel=(4, 4), stride=2, padding=1)),
+    ("wide_F22_packed", Case(hw=(13, 6), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
+    ("many_outputs", Case(n=2, hw=(3, 3), c_in=16, c_out=96, kernel=(4, 4), stride=2, padding=1)),
+    ("no_bias", Case(hw=(6, 6), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1, bias=False)),
+]
+DTYPES = ["float32", "float64", "float16"]
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,case", NAMED, ids=[name for name, _ in NAMED])
+def test_named_cases_match_the_reference(name, case, dtype, isa):
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": hash(name) % 1000})
+    with gemm_isa(isa):
+        assert check_case(case, "winograd"), f"winograd declared {name} unsupported"
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("name,case", [n for n in NAMED if n[0] in ("many_outputs", "odd_sizes_N3", "k3s1p1",
+                                                                      "tile_edges_J13_J14", "k4s2_groups")])
+def test_threaded_tasks_match_the_reference(name, case, threads):
+    """Row ranges of tile rows and output-channel blocks (many_outputs) on several threads."""
+    assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
+
+
+@pytest.mark.parametrize("kwargs,why", [
+    (dict(kernel=(4, 4), stride=2, dilation=2), "dilation 1"),
+    (dict(kernel=(7, 7), stride=2), "3 taps"),
+    (dict(kernel=(4, 4), stride=1), "3 taps"),
+])
+def test_unsupported_layers_say_why(kwargs, why):
+    w = np.ones((4, *kwargs["kernel"], 4), np.float32)
+    with pytest.raises(ValueError, match=why):
+        fastdeconv.ConvTranspose2d(w, stride=kwargs["stride"], dilation=kwargs.get("dilation", 1), algorithm="winograd")
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Error against the float64 reference, within 4x the direct sum's ("phase")
+# ----------------------------------------------------------------------------------------------
+
+ERROR_SHAPES = [  # (N, H, W, C_in, C_out, kernel, stride, padding, groups)
+    (2, 9, 7, 32, 32, 4, 2, 1, 1),
+    (1, 20, 20, 64, 32, 4, 2, 1, 1),     # F(3, 2) with shorter last tiles
+    (4, 4, 4, 256, 64, 4, 2, 1, 1),      # F(2, 2) packed (C_in/groups > 64)
+    (1, 14, 14, 64, 64, 3, 1, 1, 1),     # F(2, 3)
+    (1, 9, 9, 32, 32, 3, 2, 1, 1),       # the k3 s2 2x2 phase
+    (2, 10, 10, 64, 64, 4, 2, 1, 4),
+]
+
+
+def _relative_error(got, ref):
+    return float(np.max(np.abs(got.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", ERROR_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_error_within_four_times_the_direct_sums(shape, dtype, isa):
+    n, h, w_, cin, cout, k, s, p, groups = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((n, h, w_, cin))
+    w = rng.standard_normal((cin, k, k, cout // groups))
+    b = rng.standard_normal(cout)
+    kw = dict(stride=s, padding=p, groups=groups, output_padding=1 if (k, s) == (3, 2) else 0)
+    ref = fastdeconv.reference.conv_transpose2d(x, w, b, **kw)
+    errors = {}
+    with gemm_isa(isa):
+        for algorithm in ("phase", "winograd"):
+            got = fastdeconv.conv_transpose2d(x.astype(dtype), w.astype(dtype), b.astype(dtype), **kw,
+                                              algorithm=algorithm)
+            errors[algorithm] = _relative_error(got, ref)
+    floor = np.finfo(dtype).eps   # below one ulp of the largest output both are exact to rounding
+    assert errors["winograd"] <= 4 * max(errors["phase"], floor), errors
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. NaN and Inf land where the formula puts them
+# ----------------------------------------------------------------------------------------------
+
+def _poisoned(case: Case, where: str):
+    x, w, b = case.arrays()
+    x, w = x.copy(), w.copy()
+    if where == "x_inf_interior":
+        x[0, x.shape[1] // 2, x.shape[2] // 2, 1] = np.inf
+    elif where == "x_inf_corner":
+        x[-1, -1, -1, 0] = -np.inf
+    elif where == "x_nan_edge":
+        x[0, 0, x.shape[2] // 2, 2] = np.nan
+    elif where == "x_inf_minus_inf":   # +Inf and -Inf in one tile: Inf - Inf inside a transform
+        x[0, 2, 2, 0], x[0, 2, 3, 0] = np.inf, -np.inf
+    elif where == "w_inf":
+        w[1, 0, 1, 2] = np.inf
+    elif where == "w_nan":
+        w[0, -1, -1, 0] = np.nan
+    else:
+        raise ValueError(where)
+    return x, w, b
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("where", ["x_inf_interior", "x_inf_corner", "x_nan_edge", "x_inf_minus_inf", "w_inf", "w_nan"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14"])
+def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa):
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
+    x, w, b = _poisoned(case, where)
+    ref = case.reference(x, w, b)
+    assert not np.isfinite(ref).all()
+    with gemm_isa(isa), threaded(3):   # several tasks: only the poisoned ones fall back
+        got = case.call(x, w, b, algorithm="winograd")
+    assert_close(got, ref, np.float32, case.k, case=name, where=where, isa=isa)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. The automatic choice
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,w_shape,kw,want", [
+    ((8, 8, 8, 256), (256, 4, 4, 128), dict(stride=2, padding=1), "winograd"),   # DCGAN
+    ((1, 56, 56, 64), (64, 3, 3, 64), dict(stride=1, padding=1), "winograd"),    # k3 s1
+    ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, padding=1, output_padding=1), "winograd"),
+    ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
+    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), "phase"),         # too few channels
+    ((1, 32, 32, 64), (64, 2, 2, 64), dict(stride=2), "phase"),                 # one tap per phase
+    ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
+    ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
+])
+def test_automatic_choice(x_shape, w_shape, kw, want):
+    geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
+                                        kw.get("output_padding", 0), kw.get("dilation", 1), kw.get("groups", 1), None)
+    assert _cpu_backend.choose_algorithm(geometry) == want
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Properties: random layers it supports, against the reference (derandomized under $CI)
+# ----------------------------------------------------------------------------------------------
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_random_layers_match_the_reference(data):
+    s = (data.draw(st.integers(1, 3), label="sH"), data.draw(st.integers(1, 3), label="sW"))
+    k = (data.draw(st.integers(1, 3 * s[0]), label="kH"), data.draw(st.integers(1, 3 * s[1]), label="kW"))
+    groups = data.draw(st.integers(1, 3), label="groups")
+    case = Case(
+        n=data.draw(st.integers(1, 3), label="N"),
+        hw=(data.draw(st.integers(1, 11), label="H"), data.draw(st.integers(1, 11), label="W")),
+        c_in=groups * data.draw(st.integers(1, 20), label="C_in/g"),
+        c_out=groups * data.draw(st.integers(1, 20), label="C_out/g"),
+        groups=groups, kernel=k, stride=s,
+        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
+        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
+        bias=data.draw(st.booleans(), label="bias"),
+        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
+        seed=data.draw(st.integers(0, 1000), label="seed"),
+    )
+    x, w, b = case.arrays()
+    if any(v < 1 for v in case.geometry(x, w).output_hw):
+        return
+    isa = data.draw(st.sampled_from(GEMM_ISAS), label="isa")
+    with gemm_isa(isa):
+        assert check_case(case, "winograd")
