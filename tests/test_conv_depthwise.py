@@ -84,8 +84,9 @@ def depthwise_cases(draw):
     d = (draw(st.sampled_from([1, 1, 2])), draw(st.sampled_from([1, 1, 1, 2, 3])))
     pads = tuple((draw(st.integers(0, 4)), draw(st.integers(0, 4))) for _ in range(2))
     extent = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
-    hw = (draw(st.integers(max(1, extent[0] - sum(pads[0])), 12)),
-          draw(st.integers(max(1, extent[1] - sum(pads[1])), 90)))
+    # the smallest input that gives one output pixel, up to 12 (rows) and 90 (columns) more
+    low = [max(1, e - sum(p)) for e, p in zip(extent, pads)]
+    hw = (draw(st.integers(low[0], max(low[0], 12))), draw(st.integers(low[1], max(low[1], 90))))
     return _depthwise(c, mult, n=draw(st.integers(1, 3)), hw=hw, kernel=k, stride=s, dilation=d, padding=pads,
                       bias=draw(st.booleans()), dtype=draw(st.sampled_from(["float32", "float64", "float16"])),
                       seed=draw(st.integers(0, 2**32 - 1)), threads=draw(st.sampled_from([None, 2, 3])))

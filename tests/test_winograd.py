@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import fastdeconv
 from fastdeconv import _cpu_backend
@@ -263,8 +263,10 @@ def test_property_random_layers_match_the_reference(data):
         seed=data.draw(st.integers(0, 1000), label="seed"),
     )
     x, w, b = case.arrays()
-    if any(v < 1 for v in case.geometry(x, w).output_hw):
-        return
+    try:
+        case.geometry(x, w)
+    except ValueError:   # an output smaller than 1 pixel: not a layer
+        assume(False)
     isa = data.draw(st.sampled_from(GEMM_ISAS), label="isa")
     with gemm_isa(isa):
         assert check_case(case, "winograd")
