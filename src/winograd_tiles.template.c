@@ -59,22 +59,32 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
         if (first_) (out) = FD_ISA_FN(wv_zero)();                                        \
     } while (0)
 
-/* One tile's input transform for the channels [c, c + n): pix[a*nx + b] is input pixel
- * (iy0 + a, ix0 + b), or a row of zeros outside the image. */
-FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy, const double *BTx,
+/* One tile's input transform for the channels [c, c + n). Inside the image (interior != 0) the tile's
+ * pixels are read from `origin` (its first pixel's channel c) by stepping x_row and x_pixel; at the
+ * border from pix[a*nx + b] (a pixel, or a row of zeros outside the image) at channel c. The outputs go
+ * to V + c, v_point apart. Pointers are stepped rather than indexed: a tile has up to 36 points, more
+ * addresses than registers. */
+FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy, const double *BTx, const int interior,
+                                  const FD_REAL *origin, ptrdiff_t x_row, ptrdiff_t x_pixel,
                                   const FD_REAL *const *pix, ptrdiff_t c, FD_REAL *V, ptrdiff_t v_point, ptrdiff_t n) {
     WV t[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS]; /* [a][q]: rows of d transformed along columns */
     FD_UNROLL for (int a = 0; a < ny; a++) {
         WV d[FD_WINOGRAD_MAX_POINTS];
-        FD_UNROLL for (int b = 0; b < nx; b++) d[b] = FD_ISA_FN(wv_load)(pix[a * nx + b] + c, n);
+        const FD_REAL *in = origin + a * x_row;
+        FD_UNROLL for (int b = 0; b < nx; b++) {
+            d[b] = FD_ISA_FN(wv_load)(interior ? in : pix[a * nx + b] + c, n);
+            in += x_pixel;
+        }
         FD_UNROLL for (int q = 0; q < nx; q++) WV_COMBINE(t[a][q], nx, BTx + q * nx, d);
     }
+    FD_REAL *out = V + c;
     FD_UNROLL for (int p = 0; p < ny; p++) {
         FD_UNROLL for (int q = 0; q < nx; q++) {
             WV column[FD_WINOGRAD_MAX_POINTS], v;
             FD_UNROLL for (int a = 0; a < ny; a++) column[a] = t[a][q];
             WV_COMBINE(v, ny, BTy + p * ny, column);
-            FD_ISA_FN(wv_store)(V + (p * nx + q) * v_point + c, v, n);
+            FD_ISA_FN(wv_store)(out, v, n);
+            out += v_point;
         }
     }
 }
@@ -87,8 +97,12 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
                                    const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n, WV *guard) {
     WV m[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS], b0;
     b0 = bias != NULL ? FD_ISA_FN(wv_load)(bias + c, n) : FD_ISA_FN(wv_zero)();
+    const FD_REAL *in = M + c;
     FD_UNROLL for (int p = 0; p < ny; p++)
-        FD_UNROLL for (int q = 0; q < nx; q++) m[p][q] = FD_ISA_FN(wv_load)(M + (p * nx + q) * m_point + c, n);
+        FD_UNROLL for (int q = 0; q < nx; q++) {
+            m[p][q] = FD_ISA_FN(wv_load)(in, n);
+            in += m_point;
+        }
     FD_UNROLL for (int a = 0; a < my && a < rows; a++) {
         WV t[FD_WINOGRAD_MAX_POINTS]; /* row a of the output, still nx points along columns */
         FD_UNROLL for (int q = 0; q < nx; q++) {
@@ -96,11 +110,13 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
             FD_UNROLL for (int p = 0; p < ny; p++) column[p] = m[p][q];
             WV_COMBINE(t[q], ny, ATy + a * ny, column);
         }
+        FD_REAL *row = y + a * y_row + c;
         FD_UNROLL for (int b = 0; b < mx && b < cols; b++) {
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
-            FD_ISA_FN(wv_store)(y + a * y_row + b * y_col + c, out, n);
+            FD_ISA_FN(wv_store)(row, out, n);
+            row += y_col;
             *guard += out * (FD_REAL)0;
         }
     }
@@ -110,21 +126,30 @@ FD_WINLINE void FD_ISA_FN(win_input_tiles)(const fd_winograd_phase *ph, const fd
                                            ptrdiff_t count, FD_REAL *V, const int ny, const int nx,
                                            const double *BTy, const double *BTx) {
     const FD_REAL *x = (const FD_REAL *)ph->x, *zeros = (const FD_REAL *)ph->zeros;
-    const ptrdiff_t C = ph->channels, v_point = count * C;
+    const ptrdiff_t C = ph->channels, v_point = count * C, x_row = ph->W * ph->x_pixel;
     for (ptrdiff_t t = 0; t < count; t++) {
         const ptrdiff_t iy0 = tiles[t].jy + ph->y0, ix0 = tiles[t].jx + ph->x0;
+        if (iy0 >= 0 && iy0 + ny <= ph->H && ix0 >= 0 && ix0 + nx <= ph->W) {
+            const FD_REAL *origin = x + tiles[t].n * ph->x_image + iy0 * x_row + ix0 * ph->x_pixel;
+            ptrdiff_t c = 0;
+            for (; c + WL <= C; c += WL)
+                FD_ISA_FN(win_in)(ny, nx, BTy, BTx, 1, origin + c, x_row, ph->x_pixel, NULL, c, V + t * C, v_point, WL);
+            if (c < C)
+                FD_ISA_FN(win_in)(ny, nx, BTy, BTx, 1, origin + c, x_row, ph->x_pixel, NULL, c, V + t * C, v_point, C - c);
+            continue;
+        }
         const FD_REAL *pix[FD_WINOGRAD_MAX_POINTS * FD_WINOGRAD_MAX_POINTS];
         FD_UNROLL for (int a = 0; a < ny; a++) {
             const ptrdiff_t iy = iy0 + a;
             const int row_inside = iy >= 0 && iy < ph->H;
-            const FD_REAL *row = row_inside ? x + tiles[t].n * ph->x_image + iy * ph->W * ph->x_pixel : zeros;
+            const FD_REAL *row = row_inside ? x + tiles[t].n * ph->x_image + iy * x_row : zeros;
             FD_UNROLL for (int b = 0; b < nx; b++) {
                 const int inside = row_inside && ix0 + b >= 0 && ix0 + b < ph->W;
                 pix[a * nx + b] = inside ? row + (ix0 + b) * ph->x_pixel : zeros;
             }
         }
         for (ptrdiff_t c = 0; c < C; c += WL)
-            FD_ISA_FN(win_in)(ny, nx, BTy, BTx, pix, c, V + t * C, v_point, C - c < WL ? C - c : WL);
+            FD_ISA_FN(win_in)(ny, nx, BTy, BTx, 0, x, 0, 0, pix, c, V + t * C, v_point, C - c < WL ? C - c : WL);
     }
 }
 
@@ -137,9 +162,13 @@ FD_WINLINE int FD_ISA_FN(win_output_tiles)(const fd_winograd_phase *ph, const fd
     for (ptrdiff_t t = 0; t < count; t++) {
         FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + tiles[t].jy * ph->y_row + tiles[t].jx * ph->y_col;
         const ptrdiff_t rows = ph->Jy - tiles[t].jy, columns = ph->Jx - tiles[t].jx;
-        for (ptrdiff_t c = 0; c < cols; c += WL)
+        ptrdiff_t c = 0;
+        for (; c + WL <= cols; c += WL)
             FD_ISA_FN(win_out)(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col, rows,
-                               columns, bias, c, cols - c < WL ? cols - c : WL, &guard);
+                               columns, bias, c, WL, &guard);
+        if (c < cols)
+            FD_ISA_FN(win_out)(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col, rows,
+                               columns, bias, c, cols - c, &guard);
     }
     FD_REAL lanes[sizeof(WV) / sizeof(FD_REAL)];
     memcpy(lanes, &guard, sizeof guard);
