@@ -52,7 +52,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small (dcgan4).
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1) and
-      enough channels (C_out/groups >= 16 and (C_in/groups)·(C_out/groups) >= 1024): "winograd". It
+      enough channels (C_in/groups >= 32 and C_out/groups >= 16): "winograd". It
       does the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies
       per output on those phases; with fewer channels its tile transforms cost more than that saves
       (measured on 8 to 64 channels: README). Its error stays within the direct sum's (README).
@@ -76,15 +76,16 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
 
 # "winograd" where it measured faster than "phase" (README, algorithm table): both axes have a phase of
-# 2 or more taps, and the channels make the GEMMs, not the tile transforms, the larger cost.
+# 2 or more taps, and the channels make the GEMMs, not the tile transforms, the larger cost (16 input
+# or 8 output channels per group measured 0.35-1.09x "phase"; 32 -> 16 and up 1.05-1.78x).
+_WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
-_WINOGRAD_MIN_CHANNEL_PRODUCT = 1024
 
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
-    return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
-            and geometry.in_per_group * geometry.out_per_group >= _WINOGRAD_MIN_CHANNEL_PRODUCT)
+    return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP)
 
 
 def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:

@@ -228,7 +228,9 @@ def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa):
     ((1, 56, 56, 64), (64, 3, 3, 64), dict(stride=1, padding=1), "winograd"),    # k3 s1
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, padding=1, output_padding=1), "winograd"),
     ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
+    ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
     ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), "phase"),         # too few channels
+    ((1, 32, 32, 16), (16, 4, 4, 64), dict(stride=2, padding=1), "phase"),
     ((1, 32, 32, 64), (64, 2, 2, 64), dict(stride=2), "phase"),                 # one tap per phase
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
     ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
