@@ -22,8 +22,8 @@
  * them; only finite results carry Winograd's rounding.
  *
  * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
- * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and optionally only the output channels
- * [col_begin, col_end) (a multiple of FD_GEMM_COLUMN_ALIGN), as "phase" does.
+ * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and the output channels [col_begin, col_end)
+ * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN).
  * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows,
  * the tile list and Cig zeros (the pixels outside the image), about FD_WINOGRAD_CHUNK_BYTES; or the phase kernel's, whichever is larger.
  */
@@ -113,24 +113,41 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
     return ws;
 }
 
-/* Per row phase ry, its tile rows counted across the batch, cut as phase_tasks cuts rows. */
+/* Tiles a task should get at least: every task reads the U of all its points (ny*nx times the phase
+ * weights of its columns), so one that has few tiles is bound by reading it (measured on the 16-core
+ * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). */
+#define FD_WINOGRAD_MIN_TASK_TILES 48
+
+/* Per row phase ry, about 4*threads/sH tasks: ranges of its tile rows (counted across the batch) of at
+ * least FD_WINOGRAD_MIN_TASK_TILES tiles, times blocks of output channels when there are fewer such
+ * ranges than tasks wanted. */
 static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    const ptrdiff_t sH = geo->stride_h, cols = geo->out_channels / geo->groups;
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, cols = geo->out_channels / geo->groups;
+    const ptrdiff_t Cig = geo->in_channels / geo->groups;
     ptrdiff_t count = 0;
     for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
-        const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry),
-                                                fd_ceil_div(geo->out_h - ry, sH), geo->in_channels / geo->groups);
-        const ptrdiff_t rows = geo->batch * fd_ceil_div(fd_ceil_div(geo->out_h - ry, sH), my);
-        const ptrdiff_t pixels = geo->batch * fd_ceil_div(geo->out_h - ry, sH) * fd_ceil_div(geo->out_w, geo->stride_w);
-        if (threads > 1 && pixels < cols && cols > FD_GEMM_COLUMN_ALIGN) {
-            ptrdiff_t parts = fd_ceil_div(threads, sH);
-            if (parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
-            const ptrdiff_t per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
-            for (ptrdiff_t c0 = 0; c0 < cols; c0 += per_part)
-                fd_task_add(tasks, &count, ry, 0, rows, c0, c0 + per_part < cols ? c0 + per_part : cols);
-        } else {
-            fd_row_range_tasks(rows, threads, ry, sH, cols, tasks, &count);
+        const ptrdiff_t Jy = fd_ceil_div(geo->out_h - ry, sH);
+        const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry), Jy, Cig);
+        const ptrdiff_t rows = geo->batch * fd_ceil_div(Jy, my);
+        ptrdiff_t tiles_per_row = 0;
+        for (ptrdiff_t rx = 0; rx < sW && rx < geo->out_w; rx++) {
+            const ptrdiff_t Jx = fd_ceil_div(geo->out_w - rx, sW);
+            tiles_per_row += fd_ceil_div(Jx, winograd_tile_side(winograd_taps(geo->kernel_w, sW, geo->pad_left, rx), Jx, Cig));
         }
+        const ptrdiff_t want = threads > 1 ? fd_ceil_div(4 * (ptrdiff_t)threads, sH) : 1;
+        ptrdiff_t row_parts = rows * tiles_per_row / FD_WINOGRAD_MIN_TASK_TILES;
+        if (row_parts > want) row_parts = want;
+        if (row_parts > rows) row_parts = rows;
+        if (row_parts < 1) row_parts = 1;
+        ptrdiff_t col_parts = fd_ceil_div(want, row_parts);
+        if (col_parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) col_parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+        if (col_parts < 1) col_parts = 1;
+        const ptrdiff_t per_rows = fd_ceil_div(rows, row_parts);
+        const ptrdiff_t per_cols = fd_ceil_div(fd_ceil_div(cols, col_parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_rows)
+            for (ptrdiff_t c0 = 0; c0 < cols || c0 == 0; c0 += per_cols)
+                fd_task_add(tasks, &count, ry, r0, r0 + per_rows < rows ? r0 + per_rows : rows, c0,
+                            c0 + per_cols < cols ? c0 + per_cols : cols);
     }
     return count;
 }
