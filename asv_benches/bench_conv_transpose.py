@@ -46,8 +46,8 @@ class ConvTranspose2dSuite:
 class AlgorithmSuite:
     """Every CPU algorithm (and GEMM ISA path) on the cases it can run, through the plan object."""
 
-    params = [["dcgan2", "dcgan4", "unet1", "fcn_bilinear", "stride1", "dilated"],
-              ["phase", "col2im", "depthwise"], ["avx512", "avx2", "portable"]]
+    params = [["dcgan2", "dcgan4", "unet1", "fcn_bilinear", "stride1", "dilated", "grouped"],
+              ["phase", "col2im", "winograd", "depthwise"], ["avx512", "avx2", "portable"]]
     param_names = ["case", "algorithm", "isa"]
     timeout = 120
 
@@ -57,6 +57,8 @@ class AlgorithmSuite:
         case = _CASES[name]
         if algorithm == "depthwise" and case.groups != case.input_shape[3]:
             raise NotImplementedError("depthwise needs groups == C_in")
+        if algorithm == "winograd" and (case.dilation != 1 or case.groups == case.input_shape[3]):
+            raise NotImplementedError("winograd needs dilation 1 (and is not for depthwise layers)")
         if not _cpu.build_info()["gemm_isa_supported"][isa]:
             raise NotImplementedError(f"{isa} is not supported here")
         self.previous_isa = _cpu.get_gemm_isa()
