@@ -73,7 +73,7 @@ FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy,
         const FD_REAL *in = origin + a * x_row;
         FD_UNROLL for (int b = 0; b < nx; b++) {
             d[b] = FD_ISA_FN(wv_load)(interior ? in : pix[a * nx + b] + c, n);
-            in += x_pixel;
+            if (b + 1 < nx) in += x_pixel;   /* never a pointer past the tile (C allows one past the array) */
         }
         FD_UNROLL for (int q = 0; q < nx; q++) WV_COMBINE(t[a][q], nx, BTx + q * nx, d);
     }
@@ -84,7 +84,7 @@ FD_WINLINE void FD_ISA_FN(win_in)(const int ny, const int nx, const double *BTy,
             FD_UNROLL for (int a = 0; a < ny; a++) column[a] = t[a][q];
             WV_COMBINE(v, ny, BTy + p * ny, column);
             FD_ISA_FN(wv_store)(out, v, n);
-            out += v_point;
+            if (p + 1 < ny || q + 1 < nx) out += v_point;
         }
     }
 }
@@ -101,7 +101,7 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
     FD_UNROLL for (int p = 0; p < ny; p++)
         FD_UNROLL for (int q = 0; q < nx; q++) {
             m[p][q] = FD_ISA_FN(wv_load)(in, n);
-            in += m_point;
+            if (p + 1 < ny || q + 1 < nx) in += m_point;
         }
     FD_UNROLL for (int a = 0; a < my && a < rows; a++) {
         WV t[FD_WINOGRAD_MAX_POINTS]; /* row a of the output, still nx points along columns */
@@ -116,7 +116,7 @@ FD_WINLINE void FD_ISA_FN(win_out)(const int ny, const int nx, const int my, con
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
             FD_ISA_FN(wv_store)(row, out, n);
-            row += y_col;
+            if (b + 1 < mx && b + 1 < cols) row += y_col;
             *guard += out * (FD_REAL)0;
         }
     }
