@@ -84,15 +84,18 @@ static ptrdiff_t winograd_max_points(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff
     return most;
 }
 
-/* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 24 tiles (the GEMM
- * row tiles, MR = 6, 8 and 12, all divide it). */
+/* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
+ * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
+ * GEMM reads its B for enough rows, else at least 12. Measured: stride1 (64 channels) ran 1.67x the
+ * phase kernel with 24-tile chunks and 1.36x with 48; dcgan1 (512 KiB per point) needs the 48. */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
-    const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, geo->in_channels / geo->groups) *
-                             winograd_max_points(geo->kernel_w, geo->stride_w, geo->in_channels / geo->groups);
-    const size_t per_tile = (size_t)points * (size_t)((geo->in_channels + geo->out_channels) / geo->groups + 1) *
-                            fd_itemsize(dtype);
-    ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 24 * 24;
-    if (tiles < 48) tiles = 48;
+    const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
+    const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
+                             winograd_max_points(geo->kernel_w, geo->stride_w, Cig);
+    const size_t per_tile = (size_t)points * (size_t)(Cig + Cog + 1) * fd_itemsize(dtype);
+    const ptrdiff_t least = (size_t)Cig * (size_t)Cog * fd_itemsize(dtype) > (32 << 10) ? 48 : 12;
+    ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 12 * 12;
+    if (tiles < least) tiles = least;
     return tiles < FD_WINOGRAD_MAX_CHUNK_TILES ? tiles : FD_WINOGRAD_MAX_CHUNK_TILES;
 }
 
