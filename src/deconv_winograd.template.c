@@ -25,7 +25,8 @@
  * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and the output channels [col_begin, col_end)
  * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN).
  * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows,
- * the tile list and Cig zeros (the pixels outside the image), about FD_WINOGRAD_CHUNK_BYTES; or the phase kernel's, whichever is larger.
+ * the tile list and Cig zeros (the pixels outside the image): about FD_WINOGRAD_CHUNK_BYTES, at most
+ * FD_WINOGRAD_MAX_CHUNK_BYTES unless one tile alone is larger; or the phase kernel's, whichever is larger.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -37,6 +38,9 @@
 #define FD_WINOGRAD_CHUNK_BYTES (256 << 10)
 #endif
 #define FD_WINOGRAD_MAX_CHUNK_TILES 768
+/* ... and never more than this for the minimum tile counts below (wide layers: one tile of F(2, 2) with
+ * 4096 channels in and out is 288 KiB), down to one tile, whose V and M are a few of U's rows. */
+#define FD_WINOGRAD_MAX_CHUNK_BYTES (8 << 20)
 
 static const char *winograd_unsupported(const fd_geometry *geo) {
     const char *phase = phase_unsupported(geo);
@@ -95,7 +99,10 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const size_t per_tile = (size_t)points * (size_t)(Cig + Cog + 1) * fd_itemsize(dtype);
     const ptrdiff_t least = (size_t)Cig * (size_t)Cog * fd_itemsize(dtype) > (32 << 10) ? 48 : 12;
     ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 12 * 12;
-    if (tiles < least) tiles = least;
+    if (tiles < least) {
+        const ptrdiff_t most = (ptrdiff_t)(FD_WINOGRAD_MAX_CHUNK_BYTES / per_tile);
+        tiles = least < most ? least : most > 1 ? most : 1;
+    }
     return tiles < FD_WINOGRAD_MAX_CHUNK_TILES ? tiles : FD_WINOGRAD_MAX_CHUNK_TILES;
 }
 
