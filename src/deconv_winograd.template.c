@@ -88,6 +88,69 @@ static ptrdiff_t winograd_max_points(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff
     return most;
 }
 
+/* Shared tiles. When every phase along an axis has the same taps T >= 2 and tile side m, phase r's
+ * origin o_r = (r + pad - its last tap) / stride differs from the smallest origin o by d_r in [0, m), and
+ * each phase has at least FD_WINOGRAD_SHARED_MIN_OUTPUTS outputs, then one tiling of the input serves
+ * every phase: tile u reads input from o + u*m and gives phase r its outputs [u*m - d_r, (u+1)*m - d_r)
+ * (those inside the phase). One input transform then feeds the GEMMs of all sH*sW phases (k4 s2: 4),
+ * where per-phase tiling transforms each input pixel once per phase. The price: a tile at each edge
+ * whose outputs fall partly outside its phase (computed, not written), hence the minimum size. */
+#define FD_WINOGRAD_SHARED_MIN_OUTPUTS 24
+
+typedef struct {
+    ptrdiff_t taps, m;   /* per phase */
+    ptrdiff_t origin;    /* o: tile u reads input from o + u*m */
+    ptrdiff_t tiles;     /* per image: max_r ceil((J_r + d_r) / m) */
+} winograd_shared_axis;
+
+static ptrdiff_t winograd_phase_origin(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t r) {
+    const ptrdiff_t first = (r + pad % stride) % stride, taps = winograd_taps(kernel, stride, pad, r);
+    return (r + pad - (first + (taps - 1) * stride)) / stride;   /* exact: r + pad = last tap (mod stride) */
+}
+
+/* The first phase row (counted across the batch) of shared tile row q (likewise counted) of a phase
+ * of J rows whose origin is `shift` above the shared one: tile u of an image gives that phase its rows
+ * [u*m - shift, (u+1)*m - shift), those inside [0, J). The phase kernel's rows for a task. */
+static ptrdiff_t winograd_phase_row(ptrdiff_t q, ptrdiff_t tiles, ptrdiff_t m, ptrdiff_t shift, ptrdiff_t J) {
+    const ptrdiff_t j = q % tiles * m - shift;
+    return q / tiles * J + (j < 0 ? 0 : j < J ? j : J);
+}
+
+/* 1 and *axis when the phases along an axis (out outputs) can share their tiles, else 0. */
+static int winograd_share_axis(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t out, ptrdiff_t in_per_group,
+                               winograd_shared_axis *axis) {
+    const ptrdiff_t taps = winograd_taps(kernel, stride, pad, 0);
+    if (taps < 2 || out < stride) return 0;
+    const ptrdiff_t m = winograd_packed_tile(taps, in_per_group)->m;
+    ptrdiff_t low = winograd_phase_origin(kernel, stride, pad, 0), high = low;
+    for (ptrdiff_t r = 1; r < stride; r++) {
+        if (winograd_taps(kernel, stride, pad, r) != taps) return 0;
+        const ptrdiff_t o = winograd_phase_origin(kernel, stride, pad, r);
+        low = o < low ? o : low;
+        high = o > high ? o : high;
+    }
+    if (high - low >= m) return 0;
+    ptrdiff_t tiles = 0;
+    for (ptrdiff_t r = 0; r < stride; r++) {
+        const ptrdiff_t J = fd_ceil_div(out - r, stride), d = winograd_phase_origin(kernel, stride, pad, r) - low;
+        if (J < FD_WINOGRAD_SHARED_MIN_OUTPUTS) return 0;
+        if (fd_ceil_div(J + d, m) > tiles) tiles = fd_ceil_div(J + d, m);
+    }
+    axis->taps = taps;
+    axis->m = m;
+    axis->origin = low;
+    axis->tiles = tiles;
+    return 1;
+}
+
+/* 1 when all phases share their tiles (both axes, more than one phase), else 0. */
+static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, winograd_shared_axis *ax) {
+    const ptrdiff_t Cig = geo->in_channels / geo->groups;
+    return geo->stride_h * geo->stride_w > 1 && Cig > 0 &&
+           winograd_share_axis(geo->kernel_h, geo->stride_h, geo->pad_top, geo->out_h, Cig, ay) &&
+           winograd_share_axis(geo->kernel_w, geo->stride_w, geo->pad_left, geo->out_w, Cig, ax);
+}
+
 /* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
  * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
  * GEMM reads its B for enough rows, else at least 12. Measured: stride1 (64 channels) ran 1.67x the
@@ -106,12 +169,13 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     return tiles < FD_WINOGRAD_MAX_CHUNK_TILES ? tiles : FD_WINOGRAD_MAX_CHUNK_TILES;
 }
 
-/* The workspace of a chunk: its tile list, A and C row pointers, V and M. */
+/* The workspace of a chunk: its tile list (and, with shared tiles, a phase's copy), the A and C row
+ * pointers of every point, V and M. */
 static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t tiles) {
     const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h, geo->in_channels / geo->groups) *
                                    winograd_max_points(geo->kernel_w, geo->stride_w, geo->in_channels / geo->groups));
     const size_t channels = (size_t)((geo->in_channels + geo->out_channels) / geo->groups);
-    return (size_t)tiles * (sizeof(fd_winograd_tile) + 2 * sizeof(void *) + points * channels * fd_itemsize(dtype)) +
+    return (size_t)tiles * (2 * sizeof(fd_winograd_tile) + points * (2 * sizeof(void *) + channels * fd_itemsize(dtype))) +
            (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
 }
 
@@ -128,36 +192,49 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
  * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). */
 #define FD_WINOGRAD_MIN_TASK_TILES 48
 
-/* Per row phase ry, about 4*threads/sH tasks: ranges of its tile rows (counted across the batch) of at
- * least FD_WINOGRAD_MIN_TASK_TILES tiles, times blocks of output channels when there are fewer such
- * ranges than tasks wanted. */
+/* Tasks of `part` over `rows` tile rows of tiles_per_row tiles each, about `want` of them: ranges of
+ * rows of at least FD_WINOGRAD_MIN_TASK_TILES tiles, times blocks of output channels when there are
+ * fewer such ranges than wanted. */
+static void winograd_cut(ptrdiff_t part, ptrdiff_t rows, ptrdiff_t tiles_per_row, ptrdiff_t want, ptrdiff_t cols,
+                         fd_task *tasks, ptrdiff_t *count) {
+    ptrdiff_t row_parts = rows * tiles_per_row / FD_WINOGRAD_MIN_TASK_TILES;
+    if (row_parts > want) row_parts = want;
+    if (row_parts > rows) row_parts = rows;
+    if (row_parts < 1) row_parts = 1;
+    ptrdiff_t col_parts = fd_ceil_div(want, row_parts);
+    if (col_parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) col_parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+    if (col_parts < 1) col_parts = 1;
+    const ptrdiff_t per_rows = fd_ceil_div(rows, row_parts);
+    const ptrdiff_t per_cols = fd_ceil_div(fd_ceil_div(cols, col_parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_rows)
+        for (ptrdiff_t c0 = 0; c0 < cols || c0 == 0; c0 += per_cols)
+            fd_task_add(tasks, count, part, r0, r0 + per_rows < rows ? r0 + per_rows : rows, c0,
+                        c0 + per_cols < cols ? c0 + per_cols : cols);
+}
+
+/* Shared tiles: part WINOGRAD_ALL_PHASES, about 4*threads tasks over the shared tile rows (counted
+ * across the batch). Otherwise per row phase ry, about 4*threads/sH tasks over its tile rows. */
+#define WINOGRAD_ALL_PHASES (-1)
 static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
     const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, cols = geo->out_channels / geo->groups;
     const ptrdiff_t Cig = geo->in_channels / geo->groups;
     ptrdiff_t count = 0;
+    winograd_shared_axis ay, ax;
+    if (winograd_shared(geo, &ay, &ax)) {
+        winograd_cut(WINOGRAD_ALL_PHASES, geo->batch * ay.tiles, ax.tiles * sH * sW,
+                     threads > 1 ? 4 * (ptrdiff_t)threads : 1, cols, tasks, &count);
+        return count;
+    }
     for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
         const ptrdiff_t Jy = fd_ceil_div(geo->out_h - ry, sH);
         const ptrdiff_t my = winograd_tile_side(winograd_taps(geo->kernel_h, sH, geo->pad_top, ry), Jy, Cig);
-        const ptrdiff_t rows = geo->batch * fd_ceil_div(Jy, my);
         ptrdiff_t tiles_per_row = 0;
         for (ptrdiff_t rx = 0; rx < sW && rx < geo->out_w; rx++) {
             const ptrdiff_t Jx = fd_ceil_div(geo->out_w - rx, sW);
             tiles_per_row += fd_ceil_div(Jx, winograd_tile_side(winograd_taps(geo->kernel_w, sW, geo->pad_left, rx), Jx, Cig));
         }
-        const ptrdiff_t want = threads > 1 ? fd_ceil_div(4 * (ptrdiff_t)threads, sH) : 1;
-        ptrdiff_t row_parts = rows * tiles_per_row / FD_WINOGRAD_MIN_TASK_TILES;
-        if (row_parts > want) row_parts = want;
-        if (row_parts > rows) row_parts = rows;
-        if (row_parts < 1) row_parts = 1;
-        ptrdiff_t col_parts = fd_ceil_div(want, row_parts);
-        if (col_parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) col_parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
-        if (col_parts < 1) col_parts = 1;
-        const ptrdiff_t per_rows = fd_ceil_div(rows, row_parts);
-        const ptrdiff_t per_cols = fd_ceil_div(fd_ceil_div(cols, col_parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
-        for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_rows)
-            for (ptrdiff_t c0 = 0; c0 < cols || c0 == 0; c0 += per_cols)
-                fd_task_add(tasks, &count, ry, r0, r0 + per_rows < rows ? r0 + per_rows : rows, c0,
-                            c0 + per_cols < cols ? c0 + per_cols : cols);
+        winograd_cut(ry, geo->batch * fd_ceil_div(Jy, my), tiles_per_row,
+                     threads > 1 ? fd_ceil_div(4 * (ptrdiff_t)threads, sH) : 1, cols, tasks, &count);
     }
     return count;
 }
@@ -254,26 +331,124 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
     return status;
 }
 
-/* One chunk of tiles of one kind (ph->fy x ph->fx, whose points are a subset of the packed tiles
- * fy x fx: the blob holds their U): input transform, one GEMM per point, output transform. Returns 1 if an output is not finite. */
-static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
-                                 const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *U,
-                                 size_t point_size, FD_REAL *V, FD_REAL *M, const FD_REAL **a_rows, FD_REAL **c_rows)
+/* The GEMMs' row pointers: a_rows[i] = V + i*Cig and c_rows[i] = M + i*cols for every point of every
+ * tile of a chunk (i < points*chunk), whatever the chunk's count and kind: set once per task. */
+static void FD_FN(winograd_rows)(ptrdiff_t rows, ptrdiff_t Cig, ptrdiff_t cols, FD_REAL *V, FD_REAL *M,
+                                 const FD_REAL **a_rows, FD_REAL **c_rows)
 {
-    const ptrdiff_t Cig = ph->channels, cols = ph->cols;
-    FD_FN(winograd_input)(ph, tiles, count, V);
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        a_rows[i] = V + i * Cig;
+        c_rows[i] = M + i * cols;
+    }
+}
+
+/* The GEMMs of a chunk of `count` tiles of one kind (ph->fy x ph->fx, whose points are a subset of the
+ * packed tiles fy x fx: the blob holds their U), one per point: M[point] = V[point] @ U[point], through
+ * the row pointers of winograd_rows. */
+static void FD_FN(winograd_gemms)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
+                                  ptrdiff_t count, const FD_REAL *U, size_t point_size, const FD_REAL **a_rows,
+                                  FD_REAL **c_rows)
+{
     for (ptrdiff_t p = 0; p < ph->fy->n; p++)
         for (ptrdiff_t q = 0; q < ph->fx->n; q++) {
             const ptrdiff_t point = p * ph->fx->n + q;
             const ptrdiff_t packed = fd_winograd_point(ph->fy, fy, p) * fx->n + fd_winograd_point(ph->fx, fx, q);
-            for (ptrdiff_t t = 0; t < count; t++) {
-                a_rows[t] = V + (point * count + t) * Cig;
-                c_rows[t] = M + (point * count + t) * cols;
-            }
-            FD_FN(gemm_indirect)((size_t)count, (size_t)cols, 1, (size_t)Cig, a_rows, U + (size_t)packed * point_size,
-                                 NULL, c_rows, 0);
+            FD_FN(gemm_indirect)((size_t)count, (size_t)ph->cols, 1, (size_t)ph->channels, a_rows + point * count,
+                                 U + (size_t)packed * point_size, NULL, c_rows + point * count, 0);
         }
+}
+
+/* One chunk of tiles of one kind: input transform, GEMMs, output transform. Returns 1 if an output is
+ * not finite. */
+static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
+                                 const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *U,
+                                 size_t point_size, FD_REAL *V, FD_REAL *M, const FD_REAL **a_rows, FD_REAL **c_rows)
+{
+    FD_FN(winograd_input)(ph, tiles, count, V);
+    FD_FN(winograd_gemms)(ph, fy, fx, count, U, point_size, a_rows, c_rows);
     return FD_FN(winograd_output)(ph, tiles, count, M);
+}
+
+/* A task of shared tiles (winograd_shared): rows [r0, r1) of shared tiles across the batch, every
+ * phase. Per chunk of tiles, one input transform, then per phase its GEMMs and output transform. */
+static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task, void *workspace,
+                                      const winograd_shared_axis *ay, const winograd_shared_axis *ax)
+{
+    const fd_geometry *geo = op->geo;
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
+    const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
+    const ptrdiff_t c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0, r0 = task->row_begin, r1 = task->row_end;
+    if (c0 < 0 || c1 > Cog || cols < 0 || c0 % FD_GEMM_COLUMN_ALIGN != 0 || r0 < 0 || r0 > r1 ||
+        r1 > geo->batch * ay->tiles)
+        return FD_ERR_ARGUMENT;
+    const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
+    FD_REAL *y = (FD_REAL *)op->y;
+    const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
+    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
+    const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
+    const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
+    fd_winograd_tile *tiles = (fd_winograd_tile *)workspace, *phase_tiles = tiles + chunk;
+    const FD_REAL **a_rows = (const FD_REAL **)(phase_tiles + chunk);
+    FD_REAL **c_rows = (FD_REAL **)(a_rows + points_max * chunk);
+    FD_REAL *V = (FD_REAL *)(c_rows + points_max * chunk);
+    FD_REAL *M = V + points_max * chunk * Cig;
+    FD_REAL *zeros = M + points_max * chunk * Cog;
+    memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
+    FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
+    const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
+    const fd_winograd_1d *fy = winograd_packed_tile(ay->taps, Cig), *fx = winograd_packed_tile(ax->taps, Cig);
+    const ptrdiff_t my = ay->m, mx = ax->m;
+
+    int nonfinite = !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE);
+    for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
+        /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
+        fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig, zeros,
+                                   NULL, 0, 0, 0, 0, 0, 0, NULL};
+        ptrdiff_t count = 0;
+        for (ptrdiff_t q = r0; q < r1 && !nonfinite; q++)
+            for (ptrdiff_t u = 0; u < ax->tiles && !nonfinite; u++) {
+                tiles[count].n = q / ay->tiles;
+                tiles[count].jy = q % ay->tiles * my;
+                tiles[count].jx = u * mx;
+                if (++count < chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
+                FD_FN(winograd_input)(&input, tiles, count, V);
+                for (ptrdiff_t ry = 0; ry < sH && !nonfinite; ry++)
+                    for (ptrdiff_t rx = 0; rx < sW && !nonfinite; rx++) {
+                        const ptrdiff_t dy = winograd_phase_origin(kH, sH, geo->pad_top, ry) - ay->origin;
+                        const ptrdiff_t dx = winograd_phase_origin(kW, sW, geo->pad_left, rx) - ax->origin;
+                        for (ptrdiff_t t = 0; t < count; t++) {
+                            phase_tiles[t].n = tiles[t].n;
+                            phase_tiles[t].jy = tiles[t].jy - dy;
+                            phase_tiles[t].jx = tiles[t].jx - dx;
+                        }
+                        const fd_winograd_phase ph = {fy, fx, NULL, H, W, H * W * Cin, Cin, ay->origin + dy, ax->origin + dx,
+                                                      Cig, zeros, y + (ry * Wo + rx) * Cout + g * Cog + c0,
+                                                      fd_ceil_div(Ho - ry, sH), fd_ceil_div(Wo - rx, sW), Ho * Wo * Cout,
+                                                      sH * Wo * Cout, sW * Cout, cols, bias ? bias + g * Cog + c0 : NULL};
+                        const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES +
+                                                                         (size_t)((g * sH + ry) * sW + rx)) + Cig * c0;
+                        FD_FN(winograd_gemms)(&ph, fy, fx, count, U, point_size, a_rows, c_rows);
+                        nonfinite = FD_FN(winograd_output)(&ph, phase_tiles, count, M);
+                    }
+                count = 0;
+            }
+    }
+    if (!nonfinite) return FD_OK;
+    /* Some output is NaN or infinite (or the layer has a non-finite weight): every phase's rows of the
+       task again, by the phase kernel. */
+    const FD_REAL **phase_a = (const FD_REAL **)workspace;
+    FD_REAL **phase_c = (FD_REAL **)(phase_a + op->chunk * kH * kW);
+    for (ptrdiff_t ry = 0; ry < sH; ry++) {
+        const ptrdiff_t Jy = fd_ceil_div(Ho - ry, sH), dy = winograd_phase_origin(kH, sH, geo->pad_top, ry) - ay->origin;
+        const int status = FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry,
+                                                    winograd_phase_row(r0, ay->tiles, my, dy, Jy),
+                                                    winograd_phase_row(r1, ay->tiles, my, dy, Jy), c0, c1, 0, sW,
+                                                    op->chunk, phase_a, phase_c);
+        if (status != FD_OK) return status;
+    }
+    return FD_OK;
 }
 
 /* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)).
@@ -288,6 +463,9 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
     const ptrdiff_t r0 = task->row_begin, r1 = task->row_end;
+    winograd_shared_axis ay, ax;
+    if (ry == WINOGRAD_ALL_PHASES)
+        return winograd_shared(geo, &ay, &ax) ? FD_FN(winograd_run_shared)(op, task, workspace, &ay, &ax) : FD_ERR_ARGUMENT;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
     const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
@@ -311,12 +489,13 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
     const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
     fd_winograd_tile *tiles = (fd_winograd_tile *)workspace;
-    const FD_REAL **a_rows = (const FD_REAL **)(tiles + chunk);
-    FD_REAL **c_rows = (FD_REAL **)(a_rows + chunk);
-    FD_REAL *V = (FD_REAL *)(c_rows + chunk);
+    const FD_REAL **a_rows = (const FD_REAL **)(tiles + 2 * chunk);
+    FD_REAL **c_rows = (FD_REAL **)(a_rows + points_max * chunk);
+    FD_REAL *V = (FD_REAL *)(c_rows + points_max * chunk);
     FD_REAL *M = V + points_max * chunk * Cig;
     FD_REAL *zeros = M + points_max * chunk * Cog;
     memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
+    FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
     const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
@@ -330,6 +509,9 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
                     FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, rx, rx + 1, op->chunk,
                                              phase_a, phase_c);
                 if (status != FD_OK) return status;
+                /* the phase kernel's workspace overlaps this one's: set the zero pixels and row pointers again */
+                memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
+                FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
                 continue;
             }
             const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;

@@ -32,12 +32,14 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_in_, FD_WIN_BODY))(const int ny, const int 
     }
 }
 
-/* One tile's output transform for the channels [c, c + n): rows x cols of its my x mx outputs lie in
- * the phase. guard accumulates out * 0: NaN once any output is not finite. */
+/* One tile's output transform for the channels [c, c + n): of its my x mx outputs, rows [skip_rows, rows)
+ * and columns [skip_cols, cols) lie in the phase; y is output (skip_rows, skip_cols). guard accumulates
+ * out * 0: NaN once any output is not finite. */
 FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int nx, const int my, const int mx, const double *ATy,
                                    const double *ATx, const FD_REAL *M, ptrdiff_t m_point, FD_REAL *y,
-                                   ptrdiff_t y_row, ptrdiff_t y_col, ptrdiff_t rows, ptrdiff_t cols,
-                                   const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n, WV *guard) {
+                                   ptrdiff_t y_row, ptrdiff_t y_col, ptrdiff_t skip_rows, ptrdiff_t skip_cols,
+                                   ptrdiff_t rows, ptrdiff_t cols, const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n,
+                                   WV *guard) {
     WV m[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS], b0;
     b0 = bias != NULL ? FD_ISA_FN(wv_load)(bias + c, n) : FD_ISA_FN(wv_zero)();
     const FD_REAL *in = M + c;
@@ -48,20 +50,21 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int
         }
     FD_UNROLL for (int a = 0; a < my; a++) {
         if (a >= rows) break;
+        if (a < skip_rows) continue;
         WV t[FD_WINOGRAD_MAX_POINTS]; /* row a of the output, still nx points along columns */
         FD_UNROLL for (int q = 0; q < nx; q++) {
             WV column[FD_WINOGRAD_MAX_POINTS];
             FD_UNROLL for (int p = 0; p < ny; p++) column[p] = m[p][q];
             WV_COMBINE(t[q], ny, ATy + a * ny, column);
         }
-        FD_REAL *row = y + a * y_row + c;
+        FD_REAL *row = y + (a - skip_rows) * y_row + c;
         FD_UNROLL for (int b = 0; b < mx; b++) {
             if (b >= cols) break;
+            if (b < skip_cols) continue;
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
-            FD_ISA_FN(wv_store)(row, out, n);
-            if (b + 1 < mx && b + 1 < cols) row += y_col;
+            FD_ISA_FN(wv_store)(row + (b - skip_cols) * y_col, out, n);
             *guard += out * (FD_REAL)0;
         }
     }
@@ -105,15 +108,18 @@ FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winogr
     const FD_REAL *bias = (const FD_REAL *)ph->bias;
     WV guard = FD_ISA_FN(wv_zero)();
     for (ptrdiff_t t = 0; t < count; t++) {
-        FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + tiles[t].jy * ph->y_row + tiles[t].jx * ph->y_col;
-        const ptrdiff_t rows = ph->Jy - tiles[t].jy, columns = ph->Jx - tiles[t].jx;
+        /* a tile of shared phases (deconv_winograd.template.c) may start before the phase or end past it */
+        const ptrdiff_t jy = tiles[t].jy, jx = tiles[t].jx, rows = ph->Jy - jy, columns = ph->Jx - jx;
+        const ptrdiff_t skip_rows = jy < 0 ? -jy : 0, skip_cols = jx < 0 ? -jx : 0;
+        if (rows <= skip_rows || columns <= skip_cols) continue;
+        FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + (jy + skip_rows) * ph->y_row + (jx + skip_cols) * ph->y_col;
         ptrdiff_t c = 0;
         for (; c + WL <= cols; c += WL)
-            FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col, rows,
-                               columns, bias, c, WL, &guard);
+            FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col,
+                               skip_rows, skip_cols, rows, columns, bias, c, WL, &guard);
         if (c < cols)
-            FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col, rows,
-                               columns, bias, c, cols - c, &guard);
+            FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col,
+                               skip_rows, skip_cols, rows, columns, bias, c, cols - c, &guard);
     }
     FD_REAL lanes[sizeof(WV) / sizeof(FD_REAL)];
     memcpy(lanes, &guard, sizeof guard);

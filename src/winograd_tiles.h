@@ -70,7 +70,8 @@ typedef struct {
     const void *bias;              /* cols values, or NULL */
 } fd_winograd_phase;
 
-/* A tile: image n, first output (jy, jx) in phase coordinates. */
+/* A tile: image n, first output (jy, jx) in phase coordinates; it may start before the phase (jy or jx
+ * negative) or end past it: only its outputs inside the phase are written. */
 typedef struct {
     ptrdiff_t n, jy, jx;
 } fd_winograd_tile;
@@ -80,7 +81,8 @@ void fd_swinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *til
 void fd_dwinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, double *V);
 
 /* From M[(point*count + t)*cols + o] (the GEMMs' results), writes the tiles' outputs that lie inside
- * the phase. Returns 1 if any written value is not finite (NaN or infinite), else 0. */
+ * the phase (none for a tile wholly outside). Returns 1 if any written value is not finite (NaN or
+ * infinite), else 0. */
 int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const float *M);
 int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import fastdeconv
-from fastdeconv import _cpu_backend
+from fastdeconv import _cpu, _cpu_backend
 from fastdeconv._params import resolve_conv_transpose2d
 from helpers import GEMM_ISAS, Case, assert_close, check_case, examples, gemm_isa, threaded
 
@@ -111,7 +111,19 @@ NAMED = [
     ("wide_F22_packed", Case(hw=(13, 6), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
     ("many_outputs", Case(n=2, hw=(3, 3), c_in=16, c_out=96, kernel=(4, 4), stride=2, padding=1)),
     ("no_bias", Case(hw=(6, 6), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1, bias=False)),
+    # shared tiles (every phase >= 24 outputs per axis): one input transform for all phases, a tile at
+    # each edge partly outside some phase (origins differ by one row or column)
+    ("shared_k4s2p1", Case(hw=(24, 25), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("shared_k4s2p2_N2", Case(n=2, hw=(26, 27), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=2)),
+    ("shared_k4s2p0_output_padding", Case(hw=(25, 24), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=0,
+                                          output_padding=1)),
+    ("shared_k6s3", Case(hw=(25, 26), c_in=8, c_out=16, kernel=(6, 6), stride=3, padding=1, output_padding=2)),
+    ("shared_k4x6_s2x3", Case(hw=(25, 25), c_in=8, c_out=16, kernel=(4, 6), stride=(2, 3), padding=(1, 2))),
+    ("shared_groups_channel_tails", Case(hw=(24, 26), c_in=66, c_out=34, groups=2, kernel=(4, 4), stride=2,
+                                         padding=1)),
+    ("shared_F22_packed", Case(hw=(24, 24), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
 ]
+SHARED = [name for name, _ in NAMED if name.startswith("shared_")]
 DTYPES = ["float32", "float64", "float16"]
 
 
@@ -124,9 +136,26 @@ def test_named_cases_match_the_reference(name, case, dtype, isa):
         assert check_case(case, "winograd"), f"winograd declared {name} unsupported"
 
 
+def _tasks(case, threads):
+    x, w, b = case.arrays()
+    geometry = resolve_conv_transpose2d(x.shape, w.shape, **case.kwargs())
+    layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, "winograd")
+    with threaded(threads):
+        return layer.runner(geometry).tasks
+
+
+@pytest.mark.parametrize("name", [name for name, _ in NAMED])
+def test_shared_tiles_exactly_where_every_phase_is_large(name):
+    """Tasks of shared tiles (part -1, every phase) for the shared_ cases, and per row phase otherwise:
+    so the shared_ cases above test that path."""
+    parts = set(_tasks(dict(NAMED)[name], 1)[:, 0])
+    assert parts == {-1} if name in SHARED else min(parts) >= 0, parts
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("name,case", [n for n in NAMED if n[0] in ("many_outputs", "odd_sizes_N3", "k3s1p1",
-                                                                      "tile_edges_J13_J14", "k4s2_groups")])
+                                                                      "tile_edges_J13_J14", "k4s2_groups",
+                                                                      "shared_k4s2p2_N2", "shared_k6s3")])
 def test_threaded_tasks_match_the_reference(name, case, threads):
     """Row ranges of tile rows and output-channel blocks (many_outputs) on several threads."""
     assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
@@ -208,7 +237,7 @@ def _poisoned(case: Case, where: str):
 
 @pytest.mark.parametrize("isa", GEMM_ISAS)
 @pytest.mark.parametrize("where", ["x_inf_interior", "x_inf_corner", "x_nan_edge", "x_inf_minus_inf", "w_inf", "w_nan"])
-@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14", "shared_k4s2p2_N2"])
 def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa):
     case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
     x, w, b = _poisoned(case, where)
@@ -218,6 +247,28 @@ def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa):
     with gemm_isa(isa), threaded(3):   # several tasks: only the poisoned ones fall back
         got = case.call(x, w, b, algorithm="winograd")
     assert_close(got, ref, np.float32, case.k, case=name, where=where, isa=isa)
+
+
+@pytest.mark.parametrize("name", ["shared_k4s2p2_N2", "shared_k6s3", "shared_k4s2p0_output_padding"])
+def test_a_task_recomputes_exactly_its_own_rows(name):
+    """An Inf in each input row in turn, on many small tasks: the task (or tasks) that wrote NaN for it
+    recompute their rows by the phase kernel, and those rows meet the untouched tasks' with no row
+    left over. With shared tiles a task's rows differ per row phase (by the phase's origin)."""
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
+    x, w, b = case.arrays()
+    previous = _cpu.set_task_flops(2e5)   # tasks of one to three tile rows
+    try:
+        with threaded(2):
+            assert len(_tasks(case, 2)) >= 4, _tasks(case, 2)
+            for row in range(x.shape[1]):
+                poisoned = x.copy()
+                poisoned[-1, row, x.shape[2] // 2, 0] = np.inf
+                with np.errstate(invalid="ignore"):
+                    ref = case.reference(poisoned, w, b)
+                got = case.call(poisoned, w, b, algorithm="winograd")
+                assert_close(got, ref, np.float32, case.k, case=name, row=row)
+    finally:
+        _cpu.set_task_flops(previous)
 
 
 # ----------------------------------------------------------------------------------------------
