@@ -21,12 +21,21 @@
  * layers with a non-finite weight run the phase kernel directly. NaN and Inf land where the formula puts
  * them; only finite results carry Winograd's rounding.
  *
+ * Shared tiles (winograd_shared). Where every phase has the same taps and tile and at least
+ * FD_WINOGRAD_SHARED_MIN_OUTPUTS outputs per axis (k4 s2 on images of 24 pixels and more), the phases'
+ * tilings are shifted (by at most one output) so that their tiles read the same input windows: one input
+ * transform then serves all sH*sW phases, whose GEMMs and output transforms follow. Measured on big
+ * (256x256, 32 -> 16): the input transform went from 23 % of the time to 11 %, 4.9 -> 3.9 ms.
+ *
  * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
  * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and the output channels [col_begin, col_end)
- * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN).
- * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), two pointer rows,
- * the tile list and Cig zeros (the pixels outside the image): about FD_WINOGRAD_CHUNK_BYTES, at most
- * FD_WINOGRAD_MAX_CHUNK_BYTES unless one tile alone is larger; or the phase kernel's, whichever is larger.
+ * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN); with shared tiles (part WINOGRAD_ALL_PHASES), rows of
+ * shared tiles, every phase.
+ * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), the GEMMs' row
+ * pointers (2*points*tiles), two tile lists and Cig zeros (the pixels outside the image): about
+ * FD_WINOGRAD_CHUNK_BYTES, at most FD_WINOGRAD_MAX_CHUNK_BYTES unless one tile alone is larger; or the
+ * phase kernel's, whichever is larger (the phase kernel, run for 1-tap phases and as the fallback, uses
+ * the same memory).
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -151,7 +160,7 @@ static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, win
            winograd_share_axis(geo->kernel_w, geo->stride_w, geo->pad_left, geo->out_w, Cig, ax);
 }
 
-/* Tiles per chunk: V and M of a chunk take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
+/* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
  * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
  * GEMM reads its B for enough rows, else at least 12. Measured: stride1 (64 channels) ran 1.67x the
  * phase kernel with 24-tile chunks and 1.36x with 48; dcgan1 (512 KiB per point) needs the 48. */
@@ -159,7 +168,7 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
     const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
                              winograd_max_points(geo->kernel_w, geo->stride_w, Cig);
-    const size_t per_tile = (size_t)points * (size_t)(Cig + Cog + 1) * fd_itemsize(dtype);
+    const size_t per_tile = (size_t)points * ((size_t)(Cig + Cog) * fd_itemsize(dtype) + 2 * sizeof(void *));
     const ptrdiff_t least = (size_t)Cig * (size_t)Cog * fd_itemsize(dtype) > (32 << 10) ? 48 : 12;
     ptrdiff_t tiles = (ptrdiff_t)(FD_WINOGRAD_CHUNK_BYTES / per_tile) / 12 * 12;
     if (tiles < least) {
