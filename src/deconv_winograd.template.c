@@ -340,20 +340,50 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
     return status;
 }
 
-/* The GEMMs' row pointers: a_rows[i] = V + i*Cig and c_rows[i] = M + i*cols for every point of every
- * tile of a chunk (i < points*chunk), whatever the chunk's count and kind: set once per task. */
-static void FD_FN(winograd_rows)(ptrdiff_t rows, ptrdiff_t Cig, ptrdiff_t cols, FD_REAL *V, FD_REAL *M,
-                                 const FD_REAL **a_rows, FD_REAL **c_rows)
+/* A task's workspace (winograd_chunk_bytes): the chunk's tile list and a phase's copy of it (shared
+ * tiles), the GEMMs' row pointers, V, M and the zero pixel. */
+typedef struct {
+    ptrdiff_t chunk;   /* tiles per chunk */
+    ptrdiff_t rows;    /* row pointers of each kind: the most points per tile times chunk */
+    fd_winograd_tile *tiles, *phase_tiles;
+    const FD_REAL **a_rows;
+    FD_REAL **c_rows, *V, *M, *zeros;
+} FD_FN(winograd_space);
+
+/* Sets the zero pixel (Cig zeros) and the GEMMs' row pointers: a_rows[i] = V + i*Cig and
+ * c_rows[i] = M + i*cols for every point of every tile of a chunk, whatever its count and kind. Again
+ * after the phase kernel ran in the same memory. */
+static void FD_FN(winograd_space_reset)(const FD_FN(winograd_space) *ws, ptrdiff_t Cig, ptrdiff_t cols)
 {
-    for (ptrdiff_t i = 0; i < rows; i++) {
-        a_rows[i] = V + i * Cig;
-        c_rows[i] = M + i * cols;
+    memset(ws->zeros, 0, (size_t)Cig * sizeof(FD_REAL));
+    for (ptrdiff_t i = 0; i < ws->rows; i++) {
+        ws->a_rows[i] = ws->V + i * Cig;
+        ws->c_rows[i] = ws->M + i * cols;
     }
+}
+
+static FD_FN(winograd_space) FD_FN(winograd_space_at)(const fd_geometry *geo, void *workspace, ptrdiff_t cols)
+{
+    const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
+    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
+    FD_FN(winograd_space) ws;
+    ws.chunk = winograd_chunk_tiles(geo, dtype);
+    ws.rows = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
+              winograd_max_points(geo->kernel_w, geo->stride_w, Cig) * ws.chunk;
+    ws.tiles = (fd_winograd_tile *)workspace;
+    ws.phase_tiles = ws.tiles + ws.chunk;
+    ws.a_rows = (const FD_REAL **)(ws.phase_tiles + ws.chunk);
+    ws.c_rows = (FD_REAL **)(ws.a_rows + ws.rows);
+    ws.V = (FD_REAL *)(ws.c_rows + ws.rows);
+    ws.M = ws.V + ws.rows * Cig;
+    ws.zeros = ws.M + ws.rows * Cog;
+    FD_FN(winograd_space_reset)(&ws, Cig, cols);
+    return ws;
 }
 
 /* The GEMMs of a chunk of `count` tiles of one kind (ph->fy x ph->fx, whose points are a subset of the
  * packed tiles fy x fx: the blob holds their U), one per point: M[point] = V[point] @ U[point], through
- * the row pointers of winograd_rows. */
+ * the row pointers of winograd_space_reset. */
 static void FD_FN(winograd_gemms)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
                                   ptrdiff_t count, const FD_REAL *U, size_t point_size, const FD_REAL **a_rows,
                                   FD_REAL **c_rows)
@@ -371,11 +401,11 @@ static void FD_FN(winograd_gemms)(const fd_winograd_phase *ph, const fd_winograd
  * not finite. */
 static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
                                  const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *U,
-                                 size_t point_size, FD_REAL *V, FD_REAL *M, const FD_REAL **a_rows, FD_REAL **c_rows)
+                                 size_t point_size, const FD_FN(winograd_space) *ws)
 {
-    FD_FN(winograd_input)(ph, tiles, count, V);
-    FD_FN(winograd_gemms)(ph, fy, fx, count, U, point_size, a_rows, c_rows);
-    return FD_FN(winograd_output)(ph, tiles, count, M);
+    FD_FN(winograd_input)(ph, tiles, count, ws->V);
+    FD_FN(winograd_gemms)(ph, fy, fx, count, U, point_size, ws->a_rows, ws->c_rows);
+    return FD_FN(winograd_output)(ph, tiles, count, ws->M);
 }
 
 /* A task of shared tiles (winograd_shared): rows [r0, r1) of shared tiles across the batch, every
@@ -395,17 +425,8 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
     const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
-    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
-    const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
-    const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
-    fd_winograd_tile *tiles = (fd_winograd_tile *)workspace, *phase_tiles = tiles + chunk;
-    const FD_REAL **a_rows = (const FD_REAL **)(phase_tiles + chunk);
-    FD_REAL **c_rows = (FD_REAL **)(a_rows + points_max * chunk);
-    FD_REAL *V = (FD_REAL *)(c_rows + points_max * chunk);
-    FD_REAL *M = V + points_max * chunk * Cig;
-    FD_REAL *zeros = M + points_max * chunk * Cog;
-    memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
-    FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
+    const FD_FN(winograd_space) ws = FD_FN(winograd_space_at)(geo, workspace, cols);
+    fd_winograd_tile *tiles = ws.tiles, *phase_tiles = ws.phase_tiles;
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const fd_winograd_1d *fy = winograd_packed_tile(ay->taps, Cig), *fx = winograd_packed_tile(ax->taps, Cig);
     const ptrdiff_t my = ay->m, mx = ax->m;
@@ -413,7 +434,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
     int nonfinite = !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE);
     for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
         /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
-        fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig, zeros,
+        fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig, ws.zeros,
                                    NULL, 0, 0, 0, 0, 0, 0, NULL};
         ptrdiff_t count = 0;
         for (ptrdiff_t q = r0; q < r1 && !nonfinite; q++)
@@ -421,8 +442,8 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
                 tiles[count].n = q / ay->tiles;
                 tiles[count].jy = q % ay->tiles * my;
                 tiles[count].jx = u * mx;
-                if (++count < chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
-                FD_FN(winograd_input)(&input, tiles, count, V);
+                if (++count < ws.chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
+                FD_FN(winograd_input)(&input, tiles, count, ws.V);
                 for (ptrdiff_t ry = 0; ry < sH && !nonfinite; ry++)
                     for (ptrdiff_t rx = 0; rx < sW && !nonfinite; rx++) {
                         const ptrdiff_t dy = winograd_phase_origin(kH, sH, geo->pad_top, ry) - ay->origin;
@@ -433,13 +454,13 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
                             phase_tiles[t].jx = tiles[t].jx - dx;
                         }
                         const fd_winograd_phase ph = {fy, fx, NULL, H, W, H * W * Cin, Cin, ay->origin + dy, ax->origin + dx,
-                                                      Cig, zeros, y + (ry * Wo + rx) * Cout + g * Cog + c0,
+                                                      Cig, ws.zeros, y + (ry * Wo + rx) * Cout + g * Cog + c0,
                                                       fd_ceil_div(Ho - ry, sH), fd_ceil_div(Wo - rx, sW), Ho * Wo * Cout,
                                                       sH * Wo * Cout, sW * Cout, cols, bias ? bias + g * Cog + c0 : NULL};
                         const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES +
                                                                          (size_t)((g * sH + ry) * sW + rx)) + Cig * c0;
-                        FD_FN(winograd_gemms)(&ph, fy, fx, count, U, point_size, a_rows, c_rows);
-                        nonfinite = FD_FN(winograd_output)(&ph, phase_tiles, count, M);
+                        FD_FN(winograd_gemms)(&ph, fy, fx, count, U, point_size, ws.a_rows, ws.c_rows);
+                        nonfinite = FD_FN(winograd_output)(&ph, phase_tiles, count, ws.M);
                     }
                 count = 0;
             }
@@ -494,17 +515,8 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     int nonfinite = 0;
     if (Ty < 2 || Cig == 0 || !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE))
         nonfinite = 1;   /* the phase kernel: no row phase with fewer multiplies, or non-finite weights */
-    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
-    const ptrdiff_t chunk = winograd_chunk_tiles(geo, dtype);
-    const ptrdiff_t points_max = winograd_max_points(kH, sH, Cig) * winograd_max_points(kW, sW, Cig);
-    fd_winograd_tile *tiles = (fd_winograd_tile *)workspace;
-    const FD_REAL **a_rows = (const FD_REAL **)(tiles + 2 * chunk);
-    FD_REAL **c_rows = (FD_REAL **)(a_rows + points_max * chunk);
-    FD_REAL *V = (FD_REAL *)(c_rows + points_max * chunk);
-    FD_REAL *M = V + points_max * chunk * Cig;
-    FD_REAL *zeros = M + points_max * chunk * Cog;
-    memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
-    FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
+    const FD_FN(winograd_space) ws = FD_FN(winograd_space_at)(geo, workspace, cols);
+    fd_winograd_tile *tiles = ws.tiles;
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
     const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
@@ -518,16 +530,14 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
                     FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, rx, rx + 1, op->chunk,
                                              phase_a, phase_c);
                 if (status != FD_OK) return status;
-                /* the phase kernel's workspace overlaps this one's: set the zero pixels and row pointers again */
-                memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
-                FD_FN(winograd_rows)(points_max * chunk, Cig, cols, V, M, a_rows, c_rows);
+                FD_FN(winograd_space_reset)(&ws, Cig, cols);   /* the phase kernel ran in the same memory */
                 continue;
             }
             const ptrdiff_t Jx = (Wo - rx + sW - 1) / sW;
             const fd_winograd_1d *fx = winograd_tile(Tx, Jx, Cig), *fx_packed = winograd_packed_tile(Tx, Cig);
             const ptrdiff_t mx = fx->m, TJx = (Jx + mx - 1) / mx, last_x = Jx % mx;
             fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
-                                    y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, zeros,
+                                    y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, ws.zeros,
                                     y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
                                     Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
                                     bias ? bias + g * Cog + c0 : NULL};
@@ -545,16 +555,16 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
                             tiles[count].n = q / TJy;
                             tiles[count].jy = q % TJy * my;
                             tiles[count].jx = tx * mx;
-                            if (++count == chunk) {
-                                nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size, V, M,
-                                                                  a_rows, c_rows);
+                            if (++count == ws.chunk) {
+                                nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size,
+                                                                  &ws);
                                 count = 0;
                                 if (nonfinite) break;
                             }
                         }
                     }
                     if (count > 0 && !nonfinite)
-                        nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size, V, M, a_rows, c_rows);
+                        nonfinite = FD_FN(winograd_chunk)(&ph, fy_packed, fx_packed, tiles, count, U, point_size, &ws);
                 }
             }
         }
