@@ -324,3 +324,31 @@ def test_property_random_layers_match_the_reference(data):
     isa = data.draw(st.sampled_from(GEMM_ISAS), label="isa")
     with gemm_isa(isa):
         assert check_case(case, "winograd")
+
+
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_large_images_match_the_reference(data):
+    """Images of 16-40 pixels with stride 2-3: phases of 24 outputs and more, where the phases share
+    their tiles when their taps agree (winograd_shared; about a fifth of the examples), with every padding
+    and output padding, serial and threaded."""
+    s = (data.draw(st.integers(2, 3), label="sH"), data.draw(st.integers(2, 3), label="sW"))
+    # multiples of the stride give every phase the same taps, as sharing needs; the others do not
+    k = tuple(data.draw(st.sampled_from([2 * si, 3 * si]) | st.integers(si + 1, 3 * si), label=f"k{axis}")
+              for si, axis in zip(s, "HW"))
+    groups = data.draw(st.integers(1, 2), label="groups")
+    case = Case(
+        n=data.draw(st.integers(1, 2), label="N"),
+        hw=(data.draw(st.integers(16, 40), label="H"), data.draw(st.integers(16, 40), label="W")),
+        c_in=groups * data.draw(st.integers(1, 8), label="C_in/g"),
+        c_out=groups * data.draw(st.integers(1, 8), label="C_out/g"),
+        groups=groups, kernel=k, stride=s,
+        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
+        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
+        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
+        seed=data.draw(st.integers(0, 1000), label="seed"),
+    )
+    threads = data.draw(st.sampled_from([1, 3]), label="threads")
+    with threaded(threads):
+        assert check_case(case, "winograd")
