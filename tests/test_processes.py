@@ -122,6 +122,9 @@ IMAGE_FLOPS = 2 * 32 * 32 * 512 * 512 * 4 * 4   # the long call's layer, per ima
 def _long_call_scenario(threads):
     """Child: size a layer to take about CALL_SECONDS here, say when the call starts, run it.
     On KeyboardInterrupt print when it arrived, then let it propagate."""
+    # Python raises KeyboardInterrupt only if SIGINT was not ignored when it started; a shell's background
+    # job (`pytest &`, nohup) starts with SIGINT ignored, so the child takes Python's handler explicitly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     fastdeconv.set_num_threads(threads)
     rng = np.random.default_rng(0)
     w = rng.standard_normal((512, 4, 4, 512), dtype=np.float32)   # many FLOPs per output byte:
