@@ -198,8 +198,12 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
 
 /* Tiles a task should get at least: every task reads the U of all its points (ny*nx times the phase
  * weights of its columns), so one that has few tiles is bound by reading it (measured on the 16-core
- * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). */
+ * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). A build may override
+ * it to measure another value: 32 (same Xeon call, 16 threads) took grouped from 22 tasks to 44 and
+ * 0.50 to 0.41 ms, but dcgan1 from 0.48 to 0.55 ms, within that machine's noise of +-15 %. */
+#ifndef FD_WINOGRAD_MIN_TASK_TILES
 #define FD_WINOGRAD_MIN_TASK_TILES 48
+#endif
 
 /* Tasks of `part` over `rows` tile rows of tiles_per_row tiles each, about `want` of them: ranges of
  * rows of at least FD_WINOGRAD_MIN_TASK_TILES tiles, times blocks of output channels when there are
