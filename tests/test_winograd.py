@@ -297,6 +297,23 @@ def test_automatic_choice(x_shape, w_shape, kw, want):
 # 6. Properties: random layers it supports, against the reference (derandomized under $CI)
 # ----------------------------------------------------------------------------------------------
 
+def _draw_case(data, s, k, groups, n, hw, per_group, **extra):
+    """A Case of stride s and kernel k (drawn by the caller): N in [1, n], H and W in hw, channels per
+    group in [1, per_group], every padding and output padding, float32 or float64."""
+    return Case(
+        n=data.draw(st.integers(1, n), label="N"),
+        hw=(data.draw(st.integers(*hw), label="H"), data.draw(st.integers(*hw), label="W")),
+        c_in=groups * data.draw(st.integers(1, per_group), label="C_in/g"),
+        c_out=groups * data.draw(st.integers(1, per_group), label="C_out/g"),
+        groups=groups, kernel=k, stride=s,
+        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
+        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
+        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
+        seed=data.draw(st.integers(0, 1000), label="seed"),
+        **extra,
+    )
+
+
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize=bool(__import__("os").environ.get("CI")))
 @given(data=st.data())
@@ -304,18 +321,7 @@ def test_property_random_layers_match_the_reference(data):
     s = (data.draw(st.integers(1, 3), label="sH"), data.draw(st.integers(1, 3), label="sW"))
     k = (data.draw(st.integers(1, 3 * s[0]), label="kH"), data.draw(st.integers(1, 3 * s[1]), label="kW"))
     groups = data.draw(st.integers(1, 3), label="groups")
-    case = Case(
-        n=data.draw(st.integers(1, 3), label="N"),
-        hw=(data.draw(st.integers(1, 11), label="H"), data.draw(st.integers(1, 11), label="W")),
-        c_in=groups * data.draw(st.integers(1, 20), label="C_in/g"),
-        c_out=groups * data.draw(st.integers(1, 20), label="C_out/g"),
-        groups=groups, kernel=k, stride=s,
-        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
-        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
-        bias=data.draw(st.booleans(), label="bias"),
-        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
-        seed=data.draw(st.integers(0, 1000), label="seed"),
-    )
+    case = _draw_case(data, s, k, groups, n=3, hw=(1, 11), per_group=20, bias=data.draw(st.booleans(), label="bias"))
     x, w, b = case.arrays()
     try:
         case.geometry(x, w)
@@ -338,17 +344,7 @@ def test_property_large_images_match_the_reference(data):
     k = tuple(data.draw(st.sampled_from([2 * si, 3 * si]) | st.integers(si + 1, 3 * si), label=f"k{axis}")
               for si, axis in zip(s, "HW"))
     groups = data.draw(st.integers(1, 2), label="groups")
-    case = Case(
-        n=data.draw(st.integers(1, 2), label="N"),
-        hw=(data.draw(st.integers(16, 40), label="H"), data.draw(st.integers(16, 40), label="W")),
-        c_in=groups * data.draw(st.integers(1, 8), label="C_in/g"),
-        c_out=groups * data.draw(st.integers(1, 8), label="C_out/g"),
-        groups=groups, kernel=k, stride=s,
-        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
-        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
-        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
-        seed=data.draw(st.integers(0, 1000), label="seed"),
-    )
+    case = _draw_case(data, s, k, groups, n=2, hw=(16, 40), per_group=8)
     threads = data.draw(st.sampled_from([1, 3]), label="threads")
     with threaded(threads):
         assert check_case(case, "winograd")
