@@ -114,16 +114,9 @@ FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winogr
         if (rows <= skip_rows || columns <= skip_cols) continue;
         FD_REAL *y = (FD_REAL *)ph->y + tiles[t].n * ph->y_image + (jy + skip_rows) * ph->y_row + (jx + skip_cols) * ph->y_col;
         ptrdiff_t c = 0;
-        if (skip_rows == 0 && skip_cols == 0 && rows >= my && columns >= mx) {
-            /* a whole tile: with constant my, mx (the fixed kinds) no output needs a bounds test */
-            for (; c + WL <= cols; c += WL)
-                FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row,
-                                   ph->y_col, 0, 0, my, mx, bias, c, WL, &guard);
-        } else {
-            for (; c + WL <= cols; c += WL)
-                FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row,
-                                   ph->y_col, skip_rows, skip_cols, rows, columns, bias, c, WL, &guard);
-        }
+        for (; c + WL <= cols; c += WL)
+            FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row,
+                               ph->y_col, skip_rows, skip_cols, rows, columns, bias, c, WL, &guard);
         if (c < cols)
             FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col,
                                skip_rows, skip_cols, rows, columns, bias, c, cols - c, &guard);
