@@ -522,7 +522,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const FD_FN(winograd_space) ws = FD_FN(winograd_space_at)(geo, workspace, cols);
     fd_winograd_tile *tiles = ws.tiles;
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
-    const ptrdiff_t y0 = Ty > 0 ? (ry + geo->pad_top - ky[Ty - 1]) / sH : 0;
+    const ptrdiff_t y0 = Ty > 0 ? winograd_phase_origin(kH, sH, geo->pad_top, ry) : 0;
     const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
     const ptrdiff_t last_y = Jy % my;   /* outputs of each image's last tile row when shorter, else 0 */
 
@@ -541,7 +541,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
             const fd_winograd_1d *fx = winograd_tile(Tx, Jx, Cig), *fx_packed = winograd_packed_tile(Tx, Cig);
             const ptrdiff_t mx = fx->m, TJx = (Jx + mx - 1) / mx, last_x = Jx % mx;
             fd_winograd_phase ph = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin,
-                                    y0, (rx + geo->pad_left - kx[Tx - 1]) / sW, Cig, ws.zeros,
+                                    y0, winograd_phase_origin(kW, sW, geo->pad_left, rx), Cig, ws.zeros,
                                     y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
                                     Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
                                     bias ? bias + g * Cog + c0 : NULL};
