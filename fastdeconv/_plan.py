@@ -18,7 +18,7 @@ from . import _backends
 from ._cpu import get_num_threads
 from ._params import (_explicit_padding, _int_pair, _is_int, _padding_mode, kernel_extent, resolve_conv2d,
                       resolve_conv_transpose2d)
-from ._validate import _dask, _is_dask, check_out, finish, prepare
+from ._validate import _dask, _is_dask, check_out, empty_result, finish, prepare
 
 __all__ = ["ConvTranspose2d", "Conv2d"]
 
@@ -141,7 +141,7 @@ class _Layer:
             if ready is not None:   # a shape seen before: validated then, so only out= is left to check
                 run, shape = ready
                 if out is None:
-                    out = np.empty(shape, x.dtype)
+                    out = empty_result(shape, x.dtype)
                 else:
                     check_out(out, shape, x.dtype, (("x", x), ("weight", self.weight), ("bias", self.bias)))
                 y = run(x, out)

@@ -460,7 +460,7 @@ ctypedef struct _call:
     fd_operands op
     const fd_task *tasks
     fd_run_fn run_task
-    char *workspace          # one ws_bytes slice per participant slot
+    char *workspace          # one ws_bytes slice per participant slot, each FD_BLOB_ALIGN-aligned
     size_t ws_bytes
     int *status              # per task
     bint watch               # the caller is Python's main thread: it looks for signals
@@ -540,12 +540,15 @@ cdef class Runner:
         if self.ntasks == 0:
             return y
         cdef _call call
-        call.workspace = <char *>malloc(max(self.ws_bytes, 1) * self.threads)
-        if call.workspace == NULL:
+        # Aligned slices (ws_bytes is a multiple of 64): malloc's 16-byte alignment put every 64-byte
+        # vector of the Winograd V and M across two cache lines.
+        cdef char *workspace_memory = <char *>malloc(max(self.ws_bytes, 1) * self.threads + FD_BLOB_ALIGN)
+        if workspace_memory == NULL:
             raise MemoryError(f"could not allocate {self.ws_bytes * self.threads} bytes of workspace")
+        call.workspace = workspace_memory + (-<size_t>workspace_memory) % FD_BLOB_ALIGN
         call.status = <int *>calloc(self.ntasks, sizeof(int))
         if call.status == NULL:
-            free(call.workspace)
+            free(workspace_memory)
             raise MemoryError("could not allocate the task status array")
         call.op = self.operands
         call.op.x = cnp.PyArray_DATA(x)
@@ -566,7 +569,7 @@ cdef class Runner:
                 if call.status[task] != 0 and failed < 0:
                     failed = task
                     code = call.status[task]
-        free(call.workspace)
+        free(workspace_memory)
         free(call.status)
         if call.interrupted:
             _raise_pending()

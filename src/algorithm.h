@@ -17,7 +17,8 @@
  *                           not grow with the image unless the algorithm's row says so)
  *   tasks(geo, threads, t)  cuts the output into disjoint tasks (t == NULL: count them)
  *   run[dtype](op, task, workspace)
- *                           computes one task; threads run distinct tasks concurrently
+ *                           computes one task; threads run distinct tasks concurrently; `workspace`
+ *                           (the bytes workspace() asked for) starts on an FD_BLOB_ALIGN boundary
  *
  * Every function returns FD_OK or a negative status and touches only its arguments.
  * The kernels trust the geometry: fastdeconv/_params.py validated it.

@@ -39,6 +39,8 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include <stdint.h>
+
 #include "winograd_tiles.h"
 
 /* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
@@ -179,13 +181,18 @@ static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
 }
 
 /* The workspace of a chunk: its tile list (and, with shared tiles, a phase's copy), the A and C row
- * pointers of every point, V and M. */
+ * pointers of every point, V and M (each from a cache line: winograd_space_at). */
 static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t tiles) {
     const size_t points = (size_t)(winograd_max_points(geo->kernel_h, geo->stride_h, geo->in_channels / geo->groups) *
                                    winograd_max_points(geo->kernel_w, geo->stride_w, geo->in_channels / geo->groups));
     const size_t channels = (size_t)((geo->in_channels + geo->out_channels) / geo->groups);
     return (size_t)tiles * (2 * sizeof(fd_winograd_tile) + points * (2 * sizeof(void *) + channels * fd_itemsize(dtype))) +
-           (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
+           (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype) + 2 * FD_BLOB_ALIGN;
+}
+
+/* p rounded up to the next FD_BLOB_ALIGN boundary. */
+static void *winograd_line_up(void *p) {
+    return (char *)p + (FD_BLOB_ALIGN - (uintptr_t)p % FD_BLOB_ALIGN) % FD_BLOB_ALIGN;
 }
 
 /* The chunk of fd_operands is the phase kernel's (its fallback); the tile chunk is recomputed in run. */
@@ -380,8 +387,10 @@ static FD_FN(winograd_space) FD_FN(winograd_space_at)(const fd_geometry *geo, vo
     ws.phase_tiles = ws.tiles + ws.chunk;
     ws.a_rows = (const FD_REAL **)(ws.phase_tiles + ws.chunk);
     ws.c_rows = (FD_REAL **)(ws.a_rows + ws.rows);
-    ws.V = (FD_REAL *)(ws.c_rows + ws.rows);
-    ws.M = ws.V + ws.rows * Cig;
+    /* V and M from cache lines (the workspace starts on one): their GEMM rows and transform vectors
+       are 64-byte loads and stores, which cost two accesses each across a line boundary */
+    ws.V = (FD_REAL *)winograd_line_up(ws.c_rows + ws.rows);
+    ws.M = (FD_REAL *)winograd_line_up(ws.V + ws.rows * Cig);
     ws.zeros = ws.M + ws.rows * Cog;
     FD_FN(winograd_space_reset)(&ws, Cig, cols);
     return ws;
