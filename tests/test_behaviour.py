@@ -84,6 +84,41 @@ def test_conv2d_out_is_filled_and_returned(dtype, unbatched, backend):
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("call", ["function", "plan", "conv2d", "conv2d_plan"])
+@pytest.mark.parametrize("shape", [(1, 3, 5, 2), (2, 64, 64, 16)], ids=["small", "large"])
+def test_results_start_on_a_cache_line(shape, call, dtype):
+    """The CPU backend allocates its float32/float64 results 64-byte aligned (numpy's large arrays start
+    16 bytes past a line), as a C-contiguous, writeable array that owns nothing else; the values are
+    the reference's. out= arrays are the caller's and are used as given."""
+    rng = np.random.default_rng(2)
+    x = make_x(shape, dtype, rng)
+    c = shape[-1]
+    if call in ("function", "plan"):
+        w = make_weight_t(c, 4, 4, 3, 1, dtype, rng)
+        kwargs = dict(stride=2, padding=1)
+        expected = fastdeconv.reference.conv_transpose2d(x, w, None, **kwargs)
+        y = (fastdeconv.conv_transpose2d(x, w, None, backend="cpu", **kwargs) if call == "function"
+             else fastdeconv.ConvTranspose2d(w, None, backend="cpu", **kwargs)(x))
+    else:
+        w = rng.uniform(-1, 1, (3, 3, 3, c)).astype(dtype)
+        expected = fastdeconv.reference.conv2d(x, w, None, padding=1)
+        y = (fastdeconv.conv2d(x, w, None, padding=1, backend="cpu") if call == "conv2d"
+             else fastdeconv.Conv2d(w, None, padding=1, backend="cpu")(x))
+    assert y.ctypes.data % 64 == 0
+    assert y.flags.c_contiguous and y.flags.writeable and y.dtype == dtype and y.shape == expected.shape
+    assert y.base is None or y.base.size <= y.size + 64 // y.itemsize
+    assert_close(y, expected, dtype, 16 * c)
+    buffer = np.empty(y.size + 1, dtype)
+    start = 1 if buffer.ctypes.data % 64 == 0 else 0
+    misaligned = buffer[start:start + y.size].reshape(y.shape)
+    assert misaligned.ctypes.data % 64 != 0
+    layer = (fastdeconv.ConvTranspose2d(w, None, backend="cpu", stride=2, padding=1) if call in ("function", "plan")
+             else fastdeconv.Conv2d(w, None, padding=1, backend="cpu"))
+    assert layer(x, out=misaligned) is misaligned
+    np.testing.assert_array_equal(misaligned, y)
+
+
 GARBAGE_CASES = {
     # geometries where some output pixels get no tap (stride > dilated kernel) or only bias
     "stride_gt_kernel": dict(hw=(3, 4), kernel=(1, 2), stride=(3, 4), c_in=4, c_out=8, groups=4),
