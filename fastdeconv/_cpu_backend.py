@@ -14,7 +14,6 @@ import numpy as np
 from . import _cpu
 from ._params import ConvGeometry
 from ._protocol import BackendStatus
-from ._validate import empty_result
 
 # In table order; the kernels are src/<transposed ? "deconv" : "conv">_<name>.template.c (a name is
 # unique within its kind: both kinds have a "depthwise").
@@ -133,7 +132,7 @@ class PackedLayer:
         runner, shape, dtype = self.runner(geometry), geometry.output_shape, self.dtype
 
         def run(x, buffer):
-            return runner.run(x, empty_result(shape, dtype) if buffer is None else buffer)
+            return runner.run(x, _cpu.empty_result(shape, dtype) if buffer is None else buffer)
 
         return run
 

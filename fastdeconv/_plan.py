@@ -15,10 +15,10 @@ import threading
 import numpy as np
 
 from . import _backends
-from ._cpu import get_num_threads
+from ._cpu import empty_result, get_num_threads
 from ._params import (_explicit_padding, _int_pair, _is_int, _padding_mode, kernel_extent, resolve_conv2d,
                       resolve_conv_transpose2d)
-from ._validate import _dask, _is_dask, check_out, empty_result, finish, prepare
+from ._validate import _dask, _is_dask, check_out, finish, prepare
 
 __all__ = ["ConvTranspose2d", "Conv2d"]
 

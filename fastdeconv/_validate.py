@@ -33,22 +33,6 @@ class Call:
         return self.geometry.output_shape[1:] if self.unbatched else self.geometry.output_shape
 
 
-#: Bytes to which new results are aligned: a cache line, so that the kernels' 64-byte vector stores
-#: each write one line (numpy's own allocations start 16 bytes past a line for large arrays).
-RESULT_ALIGNMENT = 64
-
-
-def empty_result(shape, dtype) -> np.ndarray:
-    """A new C-contiguous array, uninitialised, whose data starts on a RESULT_ALIGNMENT boundary (a
-    view into a slightly larger array of the same dtype)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    spare = RESULT_ALIGNMENT // dtype.itemsize
-    buffer = np.empty(count + spare, dtype)
-    start = (-buffer.ctypes.data) % RESULT_ALIGNMENT // dtype.itemsize
-    return buffer[start:start + count].reshape(shape)
-
-
 def _aligned(array: np.ndarray) -> np.ndarray:
     """The array, or an aligned copy when its data is not aligned for its dtype (a view at an odd
     byte offset of a buffer): the C kernels read it as float* / double*, which must be aligned."""

@@ -16,6 +16,7 @@ a resolved :class:`fastdeconv._params.ConvGeometry`; the Python layer has
 already validated everything.
 """
 
+import math
 import os
 import threading
 import warnings
@@ -363,6 +364,18 @@ cdef class PackedWeights:
     @property
     def nbytes(self):
         return self.storage.nbytes
+
+
+def empty_result(shape, dtype):
+    """A new C-contiguous array, uninitialised, whose data starts on an FD_BLOB_ALIGN (64-byte)
+    boundary: a view into a slightly larger array of the same dtype. numpy's own large arrays start
+    16 bytes past a cache line, which puts every 64-byte vector store of a kernel across two lines."""
+    dtype = np.dtype(dtype)
+    cdef Py_ssize_t itemsize = dtype.itemsize
+    count = math.prod(shape)
+    cdef cnp.ndarray buffer = np.empty(count + FD_BLOB_ALIGN // itemsize, dtype)
+    cdef Py_ssize_t start = (-<size_t>cnp.PyArray_DATA(buffer)) % FD_BLOB_ALIGN // itemsize
+    return buffer[start:start + count].reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------
