@@ -144,6 +144,35 @@ def _tasks(case, threads):
         return layer.runner(geometry).tasks
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4, 7, 16])
+@pytest.mark.parametrize("name", ["dcgan2", "dcgan3", "stride1", "grouped", "big"])
+def test_tasks_cut_rows_evenly_and_cover_each_output_once(name, threads):
+    """Per part (a row phase, or -1: shared tiles), the tasks' row ranges tile [0, rows) in order, none
+    empty, their lengths within one row of each other (an even cut: 44 rows in 40 ranges are 1-2 rows
+    each, not 22 ranges of 2), and every row range has the same column blocks, which tile the
+    output channels of a group."""
+    from fastdeconv.bench import CASES
+
+    case = CASES[name]
+    x, w, b = case.arrays()
+    geometry = resolve_conv_transpose2d(x.shape, w.shape, case.stride, case.padding, case.output_padding,
+                                        case.dilation, case.groups, None)
+    layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, "winograd")
+    with threaded(threads):
+        tasks = layer.runner(geometry).tasks
+    columns = case.out_channels // case.groups
+    for part in set(tasks[:, 0]):
+        mine = tasks[tasks[:, 0] == part]
+        ranges = sorted({(r0, r1) for _, r0, r1, _, _ in mine})
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), ranges
+        lengths = [r1 - r0 for r0, r1 in ranges]
+        assert min(lengths) >= 1 and max(lengths) - min(lengths) <= 1, (part, lengths)
+        for r0, r1 in ranges:
+            blocks = sorted((c0, c1) for _, a, z, c0, c1 in mine if (a, z) == (r0, r1))
+            assert blocks[0][0] == 0 and blocks[-1][1] == columns, blocks
+            assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:])), blocks
+
+
 @pytest.mark.parametrize("name", [name for name, _ in NAMED])
 def test_shared_tiles_exactly_where_every_phase_is_large(name):
     """Tasks of shared tiles (part -1, every phase) for the shared_ cases, and per row phase otherwise:
