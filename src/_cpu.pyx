@@ -318,6 +318,11 @@ cdef int _dtype_index(dtype) except -1:
     raise TypeError(f"the CPU kernels compute in float32 or float64, not {dtype}")
 
 
+cdef inline char *_line_up(char *p) noexcept nogil:
+    """p rounded up to the next FD_BLOB_ALIGN (64-byte) boundary."""
+    return p + (FD_BLOB_ALIGN - <size_t>p % FD_BLOB_ALIGN) % FD_BLOB_ALIGN
+
+
 cdef class PackedWeights:
     """One layer's weights packed by one algorithm for one compute dtype (float32 or float64).
 
@@ -353,8 +358,7 @@ cdef class PackedWeights:
         if status != 0:
             raise MemoryError(f"packing the {algorithm} weights failed with status {status}")
         self.storage = np.empty(nbytes + FD_BLOB_ALIGN, dtype=np.uint8)
-        cdef size_t address = <size_t>cnp.PyArray_DATA(self.storage)
-        cdef void *blob = <void *>((address + FD_BLOB_ALIGN - 1) // FD_BLOB_ALIGN * FD_BLOB_ALIGN)
+        cdef void *blob = _line_up(<char *>cnp.PyArray_DATA(self.storage))
         with nogil:
             status = pack(&geo, w, blob, &nbytes)
         if status != 0:
@@ -374,7 +378,8 @@ def empty_result(shape, dtype):
     cdef Py_ssize_t itemsize = dtype.itemsize
     count = math.prod(shape)
     cdef cnp.ndarray buffer = np.empty(count + FD_BLOB_ALIGN // itemsize, dtype)
-    cdef Py_ssize_t start = (-<size_t>cnp.PyArray_DATA(buffer)) % FD_BLOB_ALIGN // itemsize
+    cdef char *data = <char *>cnp.PyArray_DATA(buffer)
+    cdef Py_ssize_t start = (_line_up(data) - data) // itemsize
     return buffer[start:start + count].reshape(shape)
 
 
@@ -558,7 +563,7 @@ cdef class Runner:
         cdef char *workspace_memory = <char *>malloc(max(self.ws_bytes, 1) * self.threads + FD_BLOB_ALIGN)
         if workspace_memory == NULL:
             raise MemoryError(f"could not allocate {self.ws_bytes * self.threads} bytes of workspace")
-        call.workspace = workspace_memory + (-<size_t>workspace_memory) % FD_BLOB_ALIGN
+        call.workspace = _line_up(workspace_memory)
         call.status = <int *>calloc(self.ntasks, sizeof(int))
         if call.status == NULL:
             free(workspace_memory)

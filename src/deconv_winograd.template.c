@@ -192,7 +192,7 @@ static size_t winograd_chunk_bytes(const fd_geometry *geo, int dtype, ptrdiff_t 
 
 /* p rounded up to the next FD_BLOB_ALIGN boundary. */
 static void *winograd_line_up(void *p) {
-    return (char *)p + (FD_BLOB_ALIGN - (uintptr_t)p % FD_BLOB_ALIGN) % FD_BLOB_ALIGN;
+    return (char *)p + (fd_round_up((uintptr_t)p, FD_BLOB_ALIGN) - (uintptr_t)p);
 }
 
 /* The chunk of fd_operands is the phase kernel's (its fallback); the tile chunk is recomputed in run. */
