@@ -9,7 +9,8 @@
  * F(my, Ty) x F(mx, Tx) (the tile per tap count: FD_WINOGRAD_M<T>):
  *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
  *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
- *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation)
+ *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation),
+ *                    with non-temporal stores where the ISA is AVX-512 (winograd_tiles.c)
  * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
  * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
  *
@@ -26,6 +27,9 @@
  * tilings are shifted (by at most one output) so that their tiles read the same input windows: one input
  * transform then serves all sH*sW phases, whose GEMMs and output transforms follow. Measured on big
  * (256x256, 32 -> 16): the input transform went from 23 % of the time to 11 %, 4.9 -> 3.9 ms.
+ *
+ * Groups: with shared tiles, every group of a chunk's tiles runs before the next chunk, so that a
+ * chunk's outputs are written whole (all channels of its pixels) while close in time.
  *
  * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
  * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and the output channels [col_begin, col_end)
@@ -447,17 +451,19 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
     const ptrdiff_t my = ay->m, mx = ax->m;
 
     int nonfinite = !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE);
-    for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
-        /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
-        fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig, ws.zeros,
-                                   NULL, 0, 0, 0, 0, 0, 0, NULL};
-        ptrdiff_t count = 0;
-        for (ptrdiff_t q = r0; q < r1 && !nonfinite; q++)
-            for (ptrdiff_t u = 0; u < ax->tiles && !nonfinite; u++) {
-                tiles[count].n = q / ay->tiles;
-                tiles[count].jy = q % ay->tiles * my;
-                tiles[count].jx = u * mx;
-                if (++count < ws.chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
+    ptrdiff_t count = 0;
+    for (ptrdiff_t q = r0; q < r1 && !nonfinite; q++)
+        for (ptrdiff_t u = 0; u < ax->tiles && !nonfinite; u++) {
+            tiles[count].n = q / ay->tiles;
+            tiles[count].jy = q % ay->tiles * my;
+            tiles[count].jx = u * mx;
+            if (++count < ws.chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
+            /* every group of the chunk's tiles before the next chunk: the chunk's outputs (all their
+               channels) are written while their cache lines are close */
+            for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
+                /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
+                const fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig,
+                                                 ws.zeros, NULL, 0, 0, 0, 0, 0, 0, NULL};
                 FD_FN(winograd_input)(&input, tiles, count, ws.V);
                 for (ptrdiff_t ry = 0; ry < sH && !nonfinite; ry++)
                     for (ptrdiff_t rx = 0; rx < sW && !nonfinite; rx++) {
@@ -477,9 +483,9 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
                         FD_FN(winograd_gemms)(&ph, fy, fx, count, U, point_size, ws.a_rows, ws.c_rows);
                         nonfinite = FD_FN(winograd_output)(&ph, phase_tiles, count, ws.M);
                     }
-                count = 0;
             }
-    }
+            count = 0;
+        }
     if (!nonfinite) return FD_OK;
     /* Some output is NaN or infinite (or the layer has a non-finite weight): every phase's rows of the
        task again, by the phase kernel. */

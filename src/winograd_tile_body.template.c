@@ -64,7 +64,7 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
-            FD_ISA_FN(wv_store)(row + (b - skip_cols) * y_col, out, n);
+            FD_ISA_FN(wv_stream)(row + (b - skip_cols) * y_col, out, n);
             *guard += out * (FD_REAL)0;
         }
     }
@@ -121,6 +121,7 @@ FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winogr
             FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col,
                                skip_rows, skip_cols, rows, columns, bias, c, cols - c, &guard);
     }
+    FD_ISA_FN(wv_stream_fence)();
     FD_REAL lanes[sizeof(WV) / sizeof(FD_REAL)];
     memcpy(lanes, &guard, sizeof guard);
     for (ptrdiff_t l = 0; l < WL; l++)

@@ -1,12 +1,25 @@
 /* The Winograd tile transforms (winograd_tiles.h), float and double, compiled once per ISA through
  * function target attributes (never -march) and dispatched by the GEMM's ISA choice (fd_gemm_get_isa),
  * like the depthwise kernels (depthwise_rows.c). See winograd_tiles.template.c. */
+#include <stdint.h>
 #include <string.h>
 
 #include "conv_geometry.h"
 #include "gemm_internal.h"
 #include "templating.h"
 #include "winograd_tiles.h"
+
+/* Outputs are written with non-temporal stores where the ISA is AVX-512 (wv_stream in
+ * winograd_tiles.template.c): a normal store to a line that is not in this core's cache first reads
+ * the line (from memory or another core's cache), which made the output transform 30-40 % of the time
+ * of layers with large outputs on the 16-core Xeon. Measured: README, "Winograd". A build may set 0 to
+ * compare. */
+#ifndef FD_WINOGRAD_STREAM_OUTPUT
+#define FD_WINOGRAD_STREAM_OUTPUT 1
+#endif
+#if FD_WINOGRAD_STREAM_OUTPUT && FD_GEMM_X86_SIMD
+#include <immintrin.h>
+#endif
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 #define FD_TEMPLATE "winograd_tiles.template.c"

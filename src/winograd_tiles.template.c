@@ -45,6 +45,30 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
     }
 }
 
+/* An output vector to p: with AVX-512, a whole vector on a cache line is a non-temporal store (one
+ * full line, written without first reading it: FD_WINOGRAD_STREAM_OUTPUT); anything else wv_store.
+ * A function that calls it ends with wv_stream_fence. */
+FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n) {
+#if FD_WINOGRAD_STREAM_OUTPUT && FD_WVEC_BYTES == 64
+    if (n >= WL && (uintptr_t)p % 64 == 0) {
+        if (sizeof(FD_REAL) == sizeof(float))
+            _mm512_stream_ps((float *)(void *)p, (__m512)v);
+        else
+            _mm512_stream_pd((double *)(void *)p, (__m512d)v);
+        return;
+    }
+#endif
+    FD_ISA_FN(wv_store)(p, v, n);
+}
+
+/* Orders this thread's non-temporal stores before its later stores (and the thread pool's "task
+ * done"): they are weakly ordered. */
+FD_WINLINE void FD_ISA_FN(wv_stream_fence)(void) {
+#if FD_WINOGRAD_STREAM_OUTPUT && FD_WVEC_BYTES == 64
+    _mm_sfence();
+#endif
+}
+
 /* out = sum_j coef[j] * in[j] over the nonzero coefficients (no term: zero). */
 #define WV_COMBINE(out, count, coef, in)                                                 \
     do {                                                                                 \

@@ -190,6 +190,36 @@ def test_threaded_tasks_match_the_reference(name, case, threads):
     assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
 
 
+def _out_at(shape, dtype, offset):
+    """An uninitialised array of `shape` that starts `offset` bytes past a cache line."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(int(np.prod(shape)) * itemsize + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k4s2_groups", "k3s1p1", "channel_tails", "many_outputs",
+                                  "shared_k4s2p2_N2", "shared_groups_channel_tails"])
+def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa):
+    """Output vectors on a cache line are written with non-temporal stores (AVX-512), the others with
+    normal ones (winograd_tiles.template.c, wv_stream): out= arrays at every offset from a line get
+    the same bits, every element written, whichever store each vector took."""
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": dtype, "seed": 5})
+    x, w, b = case.arrays()
+    layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs(), algorithm="winograd")
+    with gemm_isa(isa), threaded(threads):
+        want = layer(x)
+        assert_close(want, case.reference(x, w, b), case.result_dtype, case.k, **case.describe("winograd"))
+        for offset in (0, np.dtype(dtype).itemsize, 32):
+            out = _out_at(want.shape, dtype, offset)
+            out[...] = np.nan
+            assert layer(x, out=out) is out
+            np.testing.assert_array_equal(out, want, err_msg=f"out= {offset} bytes past a cache line")
+
+
 @pytest.mark.parametrize("kwargs,why", [
     (dict(kernel=(4, 4), stride=2, dilation=2), "dilation 1"),
     (dict(kernel=(7, 7), stride=2), "3 taps"),
