@@ -51,6 +51,8 @@ def config() -> dict:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "simd_paths": info["gemm_isa_supported"],
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
+        "winograd_stores": ("non-temporal (AVX-512 path)" if info["winograd_stream_output"] and
+                            info["gemm_isa"] == "avx512" else "normal"),
         "workspace_bound": (
             f"per thread, independent of the image size: col2im column buffer max("
             f"{_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, {_cpu.COL2IM_MIN_PIXELS} input pixels' kH*kW*C_out/groups "

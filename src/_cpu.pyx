@@ -60,6 +60,11 @@ cdef extern from "gemm.h" nogil:
     int fd_gemm_set_isa(int isa)
     const char *fd_gemm_isa_name(int isa)
 
+cdef extern from "winograd_tiles.h" nogil:
+    enum: FD_WINOGRAD_STREAM_AUTO
+    int fd_winograd_stream_output()
+    int fd_winograd_set_stream_output(int mode)
+
 cdef extern from "algorithm.h" nogil:
     enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
     ctypedef struct fd_task:
@@ -230,6 +235,7 @@ def build_info():
         "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
         "gemm_isa_supported": isas,
+        "winograd_stream_output": get_winograd_stream_output(),
     }
 
 
@@ -245,6 +251,20 @@ def set_gemm_isa(str name):
 
 def get_gemm_isa():
     return fd_gemm_isa_name(fd_gemm_get_isa()).decode()
+
+
+def set_winograd_stream_output(mode):
+    """Force the "winograd" algorithm's non-temporal output stores on (True) or off (False), or restore
+    the automatic choice (None: on for Intel CPUs, off elsewhere; src/winograd_tiles.h). For tests and
+    benchmarks; results are the same bits either way."""
+    if mode is not None and not isinstance(mode, bool):
+        raise TypeError(f"mode must be True, False or None, got {mode!r}")
+    fd_winograd_set_stream_output(FD_WINOGRAD_STREAM_AUTO if mode is None else int(mode))
+
+
+def get_winograd_stream_output():
+    """Whether the "winograd" algorithm writes its outputs with non-temporal stores (AVX-512 path)."""
+    return bool(fd_winograd_stream_output())
 
 
 ISA_ENV = "FASTDECONV_ISA"

@@ -39,7 +39,7 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int
                                    const double *ATx, const FD_REAL *M, ptrdiff_t m_point, FD_REAL *y,
                                    ptrdiff_t y_row, ptrdiff_t y_col, ptrdiff_t skip_rows, ptrdiff_t skip_cols,
                                    ptrdiff_t rows, ptrdiff_t cols, const FD_REAL *bias, ptrdiff_t c, ptrdiff_t n,
-                                   WV *guard) {
+                                   WV *guard, int stream) {
     WV m[FD_WINOGRAD_MAX_POINTS][FD_WINOGRAD_MAX_POINTS], b0;
     b0 = bias != NULL ? FD_ISA_FN(wv_load)(bias + c, n) : FD_ISA_FN(wv_zero)();
     const FD_REAL *in = M + c;
@@ -64,7 +64,7 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
             out += b0;
-            FD_ISA_FN(wv_stream)(row + (b - skip_cols) * y_col, out, n);
+            FD_ISA_FN(wv_stream)(row + (b - skip_cols) * y_col, out, n, stream);
             *guard += out * (FD_REAL)0;
         }
     }
@@ -103,7 +103,8 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_input_tiles_, FD_WIN_BODY))(const fd_winogr
 
 FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,
                                            ptrdiff_t count, const FD_REAL *M, const int ny, const int nx,
-                                           const int my, const int mx, const double *ATy, const double *ATx) {
+                                           const int my, const int mx, const double *ATy, const double *ATx,
+                                           int stream) {
     const ptrdiff_t cols = ph->cols, m_point = count * cols;
     const FD_REAL *bias = (const FD_REAL *)ph->bias;
     WV guard = FD_ISA_FN(wv_zero)();
@@ -116,12 +117,12 @@ FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winogr
         ptrdiff_t c = 0;
         for (; c + WL <= cols; c += WL)
             FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row,
-                               ph->y_col, skip_rows, skip_cols, rows, columns, bias, c, WL, &guard);
+                               ph->y_col, skip_rows, skip_cols, rows, columns, bias, c, WL, &guard, stream);
         if (c < cols)
             FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(ny, nx, my, mx, ATy, ATx, M + t * cols, m_point, y, ph->y_row, ph->y_col,
-                               skip_rows, skip_cols, rows, columns, bias, c, cols - c, &guard);
+                               skip_rows, skip_cols, rows, columns, bias, c, cols - c, &guard, stream);
     }
-    FD_ISA_FN(wv_stream_fence)();
+    FD_ISA_FN(wv_stream_fence)(stream);
     FD_REAL lanes[sizeof(WV) / sizeof(FD_REAL)];
     memcpy(lanes, &guard, sizeof guard);
     for (ptrdiff_t l = 0; l < WL; l++)

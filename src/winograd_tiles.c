@@ -9,17 +9,45 @@
 #include "templating.h"
 #include "winograd_tiles.h"
 
-/* Outputs are written with non-temporal stores where the ISA is AVX-512 (wv_stream in
- * winograd_tiles.template.c): a normal store to a line that is not in this core's cache first reads
- * the line (from memory or another core's cache), which made the output transform 30-40 % of the time
- * of layers with large outputs on the 16-core Xeon. Measured: README, "Winograd". A build may set 0 to
- * compare. */
-#ifndef FD_WINOGRAD_STREAM_OUTPUT
-#define FD_WINOGRAD_STREAM_OUTPUT 1
-#endif
-#if FD_WINOGRAD_STREAM_OUTPUT && FD_GEMM_X86_SIMD
+#if FD_GEMM_X86_SIMD
 #include <immintrin.h>
 #endif
+
+/* Non-temporal output stores (winograd_tiles.h): AUTO until resolved, then 0 or 1. Resolution is
+ * idempotent (cpuid), so threads racing to it store the same value (as the GEMM's ISA choice, gemm.c). */
+static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
+
+#if defined(__GNUC__) || defined(__clang__)
+static int stream_load(void) { return __atomic_load_n(&fd_winograd_stream_state, __ATOMIC_ACQUIRE); }
+static void stream_store(int mode) { __atomic_store_n(&fd_winograd_stream_state, mode, __ATOMIC_RELEASE); }
+#else
+static int stream_load(void) { return *(volatile int *)&fd_winograd_stream_state; }
+static void stream_store(int mode) { *(volatile int *)&fd_winograd_stream_state = mode; }
+#endif
+
+static int stream_auto(void) {
+#if FD_GEMM_X86_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+int fd_winograd_stream_output(void) {
+    int mode = stream_load();
+    if (mode < 0) {
+        mode = stream_auto();
+        stream_store(mode);
+    }
+    return mode;
+}
+
+int fd_winograd_set_stream_output(int mode) {
+    if (mode != 0 && mode != 1 && mode != FD_WINOGRAD_STREAM_AUTO) return -1;
+    stream_store(mode);
+    return 0;
+}
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 #define FD_TEMPLATE "winograd_tiles.template.c"
@@ -91,15 +119,16 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
                                      ptrdiff_t count, const real *M) {                                      \
         switch (fd_gemm_get_isa()) {                                                                        \
         case FD_ISA_AVX512:                                                                                 \
-            if (winograd_avx512_ok()) return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);      \
+            if (winograd_avx512_ok())                                                                       \
+                return fd_##prefix##winograd_output_avx512(ph, tiles, count, M, fd_winograd_stream_output()); \
             /* fall through */                                                                              \
         case FD_ISA_AVX2:                                                                                   \
-            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);          \
+            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M, 0);       \
             break;                                                                                          \
         default:                                                                                            \
             break;                                                                                          \
         }                                                                                                   \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M, 0);                               \
     }
 #else
 #define WINOGRAD_DISPATCH(prefix, real)                                                                     \
@@ -109,7 +138,7 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
     }                                                                                                       \
     int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, const real *M) {                                      \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M, 0);                               \
     }
 #endif
 

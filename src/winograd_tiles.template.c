@@ -45,27 +45,31 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
     }
 }
 
-/* An output vector to p: with AVX-512, a whole vector on a cache line is a non-temporal store (one
- * full line, written without first reading it: FD_WINOGRAD_STREAM_OUTPUT); anything else wv_store.
- * A function that calls it ends with wv_stream_fence. */
-FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n) {
-#if FD_WINOGRAD_STREAM_OUTPUT && FD_WVEC_BYTES == 64
-    if (n >= WL && (uintptr_t)p % 64 == 0) {
+/* An output vector to p: with `stream` (fd_winograd_stream_output) on the AVX-512 path, a whole vector
+ * that starts on a cache line by a non-temporal store (one full line, not read first); anything else
+ * wv_store. A function that streams ends with wv_stream_fence. */
+FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n, int stream) {
+#if FD_WVEC_BYTES == 64
+    if (stream && n >= WL && (uintptr_t)p % 64 == 0) {
         if (sizeof(FD_REAL) == sizeof(float))
             _mm512_stream_ps((float *)(void *)p, (__m512)v);
         else
             _mm512_stream_pd((double *)(void *)p, (__m512d)v);
         return;
     }
+#else
+    (void)stream;
 #endif
     FD_ISA_FN(wv_store)(p, v, n);
 }
 
-/* Orders this thread's non-temporal stores before its later stores (and the thread pool's "task
- * done"): they are weakly ordered. */
-FD_WINLINE void FD_ISA_FN(wv_stream_fence)(void) {
-#if FD_WINOGRAD_STREAM_OUTPUT && FD_WVEC_BYTES == 64
-    _mm_sfence();
+/* Orders this thread's non-temporal stores before its later stores (and so before the thread pool's
+ * "task done"): they are weakly ordered. */
+FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
+#if FD_WVEC_BYTES == 64
+    if (stream) _mm_sfence();
+#else
+    (void)stream;
 #endif
 }
 
@@ -111,9 +115,9 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(void) {
                                    &WIN_TABLE(MY, TY, _BT)[0][0], &WIN_TABLE(MX, TX, _BT)[0][0]);                  \
     }                                                                                                              \
     static FD_TARGET __attribute__((noinline)) int WIN_KIND_FN(win_out, MY, TY, MX, TX)(                          \
-        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M) {          \
+        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M, int stream) { \
         return FD_ISA_FN(win_output_tiles_fixed)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,          \
-                                           &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0]);          \
+                                           &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0], stream);  \
     }
 WIN_CASES(WIN_DEFINE)
 
@@ -123,7 +127,7 @@ WIN_CASES(WIN_DEFINE)
         return;                                                                           \
     }
 #define WIN_OUT_CASE(MY, TY, MX, TX) \
-    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M);
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M, stream);
 
 static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 FD_REAL *V) {
@@ -132,10 +136,10 @@ static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, con
 }
 
 static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
-                                                const FD_REAL *M) {
+                                                const FD_REAL *M, int stream) {
     WIN_CASES(WIN_OUT_CASE)
     return FD_ISA_FN(win_output_tiles_any)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
-                                       ph->fx->AT);
+                                       ph->fx->AT, stream);
 }
 
 #undef WIN_DEFINE

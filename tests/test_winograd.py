@@ -198,19 +198,30 @@ def _out_at(shape, dtype, offset):
     return raw[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
 
 
+@contextlib.contextmanager
+def stream_output(mode):
+    """Force the non-temporal output stores on or off for the block, then restore the automatic choice."""
+    _cpu.set_winograd_stream_output(mode)
+    try:
+        yield
+    finally:
+        _cpu.set_winograd_stream_output(None)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
 @pytest.mark.parametrize("isa", GEMM_ISAS)
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", ["k4s2p1", "k4s2_groups", "k3s1p1", "channel_tails", "many_outputs",
                                   "shared_k4s2p2_N2", "shared_groups_channel_tails"])
-def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa):
-    """Output vectors on a cache line are written with non-temporal stores (AVX-512), the others with
-    normal ones (winograd_tiles.template.c, wv_stream): out= arrays at every offset from a line get
-    the same bits, every element written, whichever store each vector took."""
+def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa, stream):
+    """With non-temporal stores on, output vectors on a cache line take them (AVX-512), the others
+    normal stores (winograd_tiles.template.c, wv_stream): out= arrays at every offset from a line get
+    the same bits, every element written, whichever store each vector took, with the stores on or off."""
     case = Case(**{**dict(NAMED)[name].__dict__, "dtype": dtype, "seed": 5})
     x, w, b = case.arrays()
     layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs(), algorithm="winograd")
-    with gemm_isa(isa), threaded(threads):
+    with gemm_isa(isa), threaded(threads), stream_output(stream):
         want = layer(x)
         assert_close(want, case.reference(x, w, b), case.result_dtype, case.k, **case.describe("winograd"))
         for offset in (0, np.dtype(dtype).itemsize, 32):
@@ -218,6 +229,30 @@ def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa):
             out[...] = np.nan
             assert layer(x, out=out) is out
             np.testing.assert_array_equal(out, want, err_msg=f"out= {offset} bytes past a cache line")
+
+
+def _cpu_vendor():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":")[1].strip() for line in f if line.startswith("vendor_id")), None)
+    except OSError:
+        return None
+
+
+def test_non_temporal_stores_are_chosen_for_intel_cpus_only():
+    """The automatic choice (src/winograd_tiles.h): measured faster on a Sapphire Rapids Xeon, slower on
+    an AMD Zen 4; forcing either way and back works, anything but a bool or None is refused."""
+    vendor = _cpu_vendor()
+    if vendor is None:
+        pytest.skip("no /proc/cpuinfo vendor_id here")
+    assert _cpu.get_winograd_stream_output() == (vendor == "GenuineIntel")
+    with stream_output(True):
+        assert _cpu.get_winograd_stream_output() is True
+    with stream_output(False):
+        assert _cpu.get_winograd_stream_output() is False
+    assert _cpu.get_winograd_stream_output() == (vendor == "GenuineIntel")
+    with pytest.raises(TypeError, match="mode must be True, False or None, got 1"):
+        _cpu.set_winograd_stream_output(1)
 
 
 @pytest.mark.parametrize("kwargs,why", [
@@ -294,16 +329,19 @@ def _poisoned(case: Case, where: str):
     return x, w, b
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
 @pytest.mark.parametrize("isa", GEMM_ISAS)
 @pytest.mark.parametrize("where", ["x_inf_interior", "x_inf_corner", "x_nan_edge", "x_inf_minus_inf", "w_inf", "w_nan"])
 @pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14", "shared_k4s2p2_N2"])
-def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa):
+def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa, stream):
+    """A task whose outputs are not all finite is recomputed by the phase kernel over what the
+    Winograd pass wrote (non-temporal stores fenced before it, when on)."""
     case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
     x, w, b = _poisoned(case, where)
     with np.errstate(invalid="ignore"):   # the reference's own Inf - Inf
         ref = case.reference(x, w, b)
     assert not np.isfinite(ref).all()
-    with gemm_isa(isa), threaded(3):   # several tasks: only the poisoned ones fall back
+    with gemm_isa(isa), threaded(3), stream_output(stream):   # several tasks: only the poisoned ones fall back
         got = case.call(x, w, b, algorithm="winograd")
     assert_close(got, ref, np.float32, case.k, case=name, where=where, isa=isa)
 
