@@ -10,7 +10,7 @@
  *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
  *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
  *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation),
- *                    with non-temporal stores where the ISA is AVX-512 (winograd_tiles.c)
+ *                    with non-temporal stores on Intel CPUs (AVX-512 path; winograd_tiles.h)
  * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
  * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
  *
