@@ -91,7 +91,7 @@ int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *til
  * Intel CPUs (AVX-512 path only) and 0 elsewhere. Measured (README, the 16-core Xeon paragraph after
  * the benchmark tables): on a 16-core Xeon (Sapphire Rapids) they took grouped 15-22 % faster at 1
  * thread and 18-29 % at 16, and with a convolution reading the output the pair was as fast or faster
- * in 7 of 8 runs at 16 threads; on a 2-core AMD EPYC (Zen 4) grouped ran 7 % slower, and 13 % slower
+ * in 7 of 8 runs at 16 threads; on a 2-core AMD EPYC (Zen 4) grouped ran 4-8 % slower, and 13 % slower
  * with that convolution (its input then comes from memory instead of the fast last-level cache). fd_winograd_set_stream_output forces 0 or 1 (tests,
  * benchmarks) or restores AUTO; it returns -1 for any other value. */
 enum { FD_WINOGRAD_STREAM_AUTO = -1 };
