@@ -8,17 +8,8 @@
 
 /* ---------------------------------------------------------------- dispatch */
 
-/* -1 = not resolved yet. Resolution is idempotent (cpuid), so a race
- * between threads is benign: they all compute and store the same value. */
+/* -1 until resolved (fd_choice_get). */
 static int fd_gemm_isa_state = -1;
-
-#if defined(__GNUC__) || defined(__clang__)
-static int isa_load(void) { return __atomic_load_n(&fd_gemm_isa_state, __ATOMIC_ACQUIRE); }
-static void isa_store(int isa) { __atomic_store_n(&fd_gemm_isa_state, isa, __ATOMIC_RELEASE); }
-#else
-static int isa_load(void) { return *(volatile int *)&fd_gemm_isa_state; }
-static void isa_store(int isa) { *(volatile int *)&fd_gemm_isa_state = isa; }
-#endif
 
 const char *fd_gemm_isa_name(int isa) {
     switch (isa) {
@@ -44,18 +35,11 @@ static int best_supported_isa(void) {
     return FD_ISA_PORTABLE;
 }
 
-int fd_gemm_get_isa(void) {
-    int isa = isa_load();
-    if (isa < 0) {
-        isa = best_supported_isa();
-        isa_store(isa);
-    }
-    return isa;
-}
+int fd_gemm_get_isa(void) { return fd_choice_get(&fd_gemm_isa_state, best_supported_isa); }
 
 int fd_gemm_set_isa(int isa) {
     if (!fd_gemm_isa_supported(isa)) return -1;
-    isa_store(isa);
+    fd_choice_store(&fd_gemm_isa_state, isa);
     return 0;
 }
 

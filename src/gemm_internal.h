@@ -100,4 +100,34 @@ void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const dou
         fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);                       \
     }
 
+/* A run-time choice resolved once from the CPU (cpuid) and overridable by tests: -1 until resolved.
+ * Resolution is idempotent, so threads racing to it store the same value; loads and stores are atomic
+ * (acquire/release) where the compiler has them. Used for the GEMM's ISA (gemm.c) and the Winograd
+ * output stores (winograd_tiles.c). */
+static inline int fd_choice_load(const int *choice) {
+#if defined(__GNUC__) || defined(__clang__)
+    return __atomic_load_n(choice, __ATOMIC_ACQUIRE);
+#else
+    return *(const volatile int *)choice;
+#endif
+}
+
+static inline void fd_choice_store(int *choice, int value) {
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(choice, value, __ATOMIC_RELEASE);
+#else
+    *(volatile int *)choice = value;
+#endif
+}
+
+/* *choice, resolved by `resolve` first if it is still -1. */
+static inline int fd_choice_get(int *choice, int (*resolve)(void)) {
+    int value = fd_choice_load(choice);
+    if (value < 0) {
+        value = resolve();
+        fd_choice_store(choice, value);
+    }
+    return value;
+}
+
 #endif

@@ -13,17 +13,9 @@
 #include <immintrin.h>
 #endif
 
-/* Non-temporal output stores (winograd_tiles.h): AUTO until resolved, then 0 or 1. Resolution is
- * idempotent (cpuid), so threads racing to it store the same value (as the GEMM's ISA choice, gemm.c). */
+/* Non-temporal output stores (winograd_tiles.h): FD_WINOGRAD_STREAM_AUTO (-1) until resolved
+ * (fd_choice_get), then 0 or 1. */
 static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
-
-#if defined(__GNUC__) || defined(__clang__)
-static int stream_load(void) { return __atomic_load_n(&fd_winograd_stream_state, __ATOMIC_ACQUIRE); }
-static void stream_store(int mode) { __atomic_store_n(&fd_winograd_stream_state, mode, __ATOMIC_RELEASE); }
-#else
-static int stream_load(void) { return *(volatile int *)&fd_winograd_stream_state; }
-static void stream_store(int mode) { *(volatile int *)&fd_winograd_stream_state = mode; }
-#endif
 
 static int stream_auto(void) {
 #if FD_GEMM_X86_SIMD
@@ -34,18 +26,11 @@ static int stream_auto(void) {
 #endif
 }
 
-int fd_winograd_stream_output(void) {
-    int mode = stream_load();
-    if (mode < 0) {
-        mode = stream_auto();
-        stream_store(mode);
-    }
-    return mode;
-}
+int fd_winograd_stream_output(void) { return fd_choice_get(&fd_winograd_stream_state, stream_auto); }
 
 int fd_winograd_set_stream_output(int mode) {
     if (mode != 0 && mode != 1 && mode != FD_WINOGRAD_STREAM_AUTO) return -1;
-    stream_store(mode);
+    fd_choice_store(&fd_winograd_stream_state, mode);
     return 0;
 }
 
