@@ -255,7 +255,7 @@ def get_gemm_isa():
 
 def set_winograd_stream_output(mode):
     """Force the "winograd" algorithm's non-temporal output stores on (True) or off (False), or restore
-    the automatic choice (None: on for Intel CPUs, off elsewhere; src/winograd_tiles.h). For tests and
+    the automatic choice (None: on for Intel CPUs with AVX-512, off elsewhere; src/winograd_tiles.h). For tests and
     benchmarks; results are the same bits either way."""
     if mode is not None and not isinstance(mode, bool):
         raise TypeError(f"mode must be True, False or None, got {mode!r}")

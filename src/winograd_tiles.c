@@ -19,8 +19,8 @@ static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
 
 static int stream_auto(void) {
 #if FD_GEMM_X86_SIMD
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel") ? 1 : 0;
+    __builtin_cpu_init();   /* only the AVX-512 path streams */
+    return __builtin_cpu_is("intel") && FD_CPU_SUPPORTS(FD_AVX512_FEATURES) ? 1 : 0;
 #else
     return 0;
 #endif

@@ -88,7 +88,7 @@ int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *til
 int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
 
 /* Whether outputs are written with non-temporal stores: FD_WINOGRAD_STREAM_AUTO (the default) is 1 on
- * Intel CPUs (AVX-512 path only) and 0 elsewhere. Measured (README, the 16-core Xeon paragraph after
+ * Intel CPUs with AVX-512 (only that path streams) and 0 elsewhere. Measured (README, the 16-core Xeon paragraph after
  * the benchmark tables): on a 16-core Xeon (Sapphire Rapids) they took grouped 15-22 % faster at 1
  * thread and 18-29 % at 16, and with a convolution reading the output the pair was as fast or faster
  * in 7 of 8 runs at 16 threads; on a 2-core AMD EPYC (Zen 4) grouped ran 4-8 % slower, and 13 % slower
