@@ -114,3 +114,41 @@ class Float64Suite:
 
     def time_conv_transpose2d_float64(self, name):
         fastdeconv.conv_transpose2d(self.x, self.w, self.b, **self.case.kwargs)
+
+
+class WinogradStoresSuite:
+    """Winograd's output stores (non-temporal on Intel with AVX-512 by default, src/winograd_tiles.h),
+    forced on and off: the layer alone, and followed by a 3x3 convolution that reads its output (a
+    non-temporal store leaves the output out of cache, and the next layer pays for that)."""
+
+    params = [["grouped", "big", "dcgan3"], [True, False], [1, 2]]
+    param_names = ["case", "stream", "threads"]
+    timeout = 120
+
+    def setup(self, name, stream, threads):
+        from fastdeconv import _cpu
+
+        if not _cpu.build_info()["gemm_isa_supported"]["avx512"]:
+            raise NotImplementedError("only the AVX-512 path has non-temporal stores")
+        _cpu.set_winograd_stream_output(stream)
+        fastdeconv.set_num_threads(threads)
+        case = _CASES[name]
+        self.x, w, b = case.arrays()
+        self.layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs, algorithm="winograd")
+        self.y = self.layer(self.x)
+        channels, groups = case.out_channels, case.groups
+        weight = np.random.default_rng(0).standard_normal((channels, 3, 3, channels // groups), np.float32)
+        self.next_layer = fastdeconv.Conv2d(weight * 0.05, None, padding=1, groups=groups)
+        self.z = self.next_layer(self.y)
+
+    def teardown(self, name, stream, threads):
+        from fastdeconv import _cpu
+
+        _cpu.set_winograd_stream_output(None)
+        fastdeconv.set_num_threads(0)
+
+    def time_layer(self, name, stream, threads):
+        self.layer(self.x, out=self.y)
+
+    def time_layer_then_convolution(self, name, stream, threads):
+        self.next_layer(self.layer(self.x, out=self.y), out=self.z)
