@@ -13,27 +13,6 @@
 #include <immintrin.h>
 #endif
 
-/* Non-temporal output stores (winograd_tiles.h): FD_WINOGRAD_STREAM_AUTO (-1) until resolved
- * (fd_choice_get), then 0 or 1. */
-static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
-
-static int stream_auto(void) {
-#if FD_GEMM_X86_SIMD
-    __builtin_cpu_init();   /* only the AVX-512 path streams */
-    return __builtin_cpu_is("intel") && FD_CPU_SUPPORTS(FD_AVX512_FEATURES) ? 1 : 0;
-#else
-    return 0;
-#endif
-}
-
-int fd_winograd_stream_output(void) { return fd_choice_get(&fd_winograd_stream_state, stream_auto); }
-
-int fd_winograd_set_stream_output(int mode) {
-    if (mode != 0 && mode != 1 && mode != FD_WINOGRAD_STREAM_AUTO) return -1;
-    fd_choice_store(&fd_winograd_stream_state, mode);
-    return 0;
-}
-
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 #define FD_TEMPLATE "winograd_tiles.template.c"
 
@@ -126,6 +105,27 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
         return fd_##prefix##winograd_output_portable(ph, tiles, count, M, 0);                               \
     }
 #endif
+
+/* Non-temporal output stores (winograd_tiles.h): FD_WINOGRAD_STREAM_AUTO (-1) until resolved
+ * (fd_choice_get), then 0 or 1. */
+static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
+
+static int stream_auto(void) {
+#if FD_GEMM_X86_SIMD
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") && winograd_avx512_ok();   /* only the AVX-512 path streams */
+#else
+    return 0;
+#endif
+}
+
+int fd_winograd_stream_output(void) { return fd_choice_get(&fd_winograd_stream_state, stream_auto); }
+
+int fd_winograd_set_stream_output(int mode) {
+    if (mode != 0 && mode != 1 && mode != FD_WINOGRAD_STREAM_AUTO) return -1;
+    fd_choice_store(&fd_winograd_stream_state, mode);
+    return 0;
+}
 
 WINOGRAD_DISPATCH(s, float)
 WINOGRAD_DISPATCH(d, double)

@@ -50,7 +50,7 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
  * wv_store. A function that streams ends with wv_stream_fence. */
 FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n, int stream) {
 #if FD_WVEC_BYTES == 64
-    if (stream && n >= WL && (uintptr_t)p % 64 == 0) {
+    if (stream && n >= WL && (uintptr_t)p % sizeof(WV) == 0) {
         if (sizeof(FD_REAL) == sizeof(float))
             _mm512_stream_ps((float *)(void *)p, (__m512)v);
         else

@@ -37,6 +37,15 @@ DECONV_PATHS = [(a, i) for a in DECONV_ALGORITHMS for i in GEMM_ISAS]
 CONV_PATHS = [(a, i) for a in CONV_ALGORITHMS for i in GEMM_ISAS]
 
 
+def array_at(shape, dtype, offset: int):
+    """An uninitialised C-contiguous array of `shape` whose data starts `offset` bytes past a 64-byte
+    cache line (results and out= buffers at chosen alignments)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 @contextlib.contextmanager
 def gemm_isa(name: str):
     """Force a GEMM ISA for the duration of the block, then restore the previous one."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastdeconv
-from helpers import Case, assert_close, deconv_supported, make_bias, make_weight_t, make_x, threaded
+from helpers import Case, array_at, assert_close, deconv_supported, make_bias, make_weight_t, make_x, threaded
 
 BACKENDS = ["cpu", "reference", "auto"]
 DTYPES = [np.float16, np.float32, np.float64]
@@ -111,9 +111,7 @@ def test_results_start_on_a_cache_line(shape, call, dtype):
     assert y.flags.c_contiguous and y.flags.writeable and y.dtype == dtype and y.shape == expected.shape
     assert y.base is None or y.base.size <= y.size + 64 // y.itemsize
     assert_close(y, expected, dtype, 16 * c)
-    buffer = np.empty(y.size + 1, dtype)
-    start = 1 if buffer.ctypes.data % 64 == 0 else 0
-    misaligned = buffer[start:start + y.size].reshape(y.shape)
+    misaligned = array_at(y.shape, dtype, y.itemsize)
     assert misaligned.ctypes.data % 64 != 0
     assert layer(x, out=misaligned) is misaligned
     np.testing.assert_array_equal(misaligned, y)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import fastdeconv
 from fastdeconv import _cpu, _cpu_backend
 from fastdeconv._params import resolve_conv_transpose2d
-from helpers import GEMM_ISAS, Case, assert_close, check_case, examples, gemm_isa, threaded
+from helpers import GEMM_ISAS, Case, array_at, assert_close, check_case, examples, gemm_isa, threaded
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "scripts" / "winograd_transforms.py"
@@ -136,12 +136,16 @@ def test_named_cases_match_the_reference(name, case, dtype, isa):
         assert check_case(case, "winograd"), f"winograd declared {name} unsupported"
 
 
-def _tasks(case, threads):
-    x, w, b = case.arrays()
-    geometry = resolve_conv_transpose2d(x.shape, w.shape, **case.kwargs())
+def _runner_tasks(x, w, b, kwargs, threads):
+    """The winograd runner's tasks (part, row_begin, row_end, col_begin, col_end) on `threads` threads."""
+    geometry = resolve_conv_transpose2d(x.shape, w.shape, **kwargs)
     layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, "winograd")
     with threaded(threads):
         return layer.runner(geometry).tasks
+
+
+def _tasks(case, threads):
+    return _runner_tasks(*case.arrays(), case.kwargs(), threads)
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4, 7, 16])
@@ -154,12 +158,7 @@ def test_tasks_cut_rows_evenly_and_cover_each_output_once(name, threads):
     from fastdeconv.bench import CASES
 
     case = CASES[name]
-    x, w, b = case.arrays()
-    geometry = resolve_conv_transpose2d(x.shape, w.shape, case.stride, case.padding, case.output_padding,
-                                        case.dilation, case.groups, None)
-    layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, "winograd")
-    with threaded(threads):
-        tasks = layer.runner(geometry).tasks
+    tasks = _runner_tasks(*case.arrays(), case.kwargs, threads)
     columns = case.out_channels // case.groups
     for part in set(tasks[:, 0]):
         mine = tasks[tasks[:, 0] == part]
@@ -190,14 +189,6 @@ def test_threaded_tasks_match_the_reference(name, case, threads):
     assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
 
 
-def _out_at(shape, dtype, offset):
-    """An uninitialised array of `shape` that starts `offset` bytes past a cache line."""
-    itemsize = np.dtype(dtype).itemsize
-    raw = np.empty(int(np.prod(shape)) * itemsize + 128, np.uint8)
-    start = (-raw.ctypes.data) % 64 + offset
-    return raw[start:start + int(np.prod(shape)) * itemsize].view(dtype).reshape(shape)
-
-
 @contextlib.contextmanager
 def stream_output(mode):
     """Force the non-temporal output stores on or off for the block, then restore the automatic choice."""
@@ -225,7 +216,7 @@ def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa, st
         want = layer(x)
         assert_close(want, case.reference(x, w, b), case.result_dtype, case.k, **case.describe("winograd"))
         for offset in (0, np.dtype(dtype).itemsize, 32):
-            out = _out_at(want.shape, dtype, offset)
+            out = array_at(want.shape, dtype, offset)
             out[...] = np.nan
             assert layer(x, out=out) is out
             np.testing.assert_array_equal(out, want, err_msg=f"out= {offset} bytes past a cache line")
