@@ -168,7 +168,8 @@ def _cpu_counts():
 # for it (on the 2-core development machine beside one busy process, a 2 ms call's median went to
 # 8 ms on 2 threads). fd_pool_others_running counts them machine-wide (Linux; elsewhere, or with an
 # explicit set_num_threads(n), n threads are used); when this process may run on only some of the
-# CPUs, the others are assumed spread evenly. Re-read at most once per millisecond.
+# CPUs, the others are assumed spread evenly. Re-read at most once per millisecond (the smaller of the
+# last two readings).
 cdef int _usable_cpus, _online_cpus
 _usable_cpus, _online_cpus = _cpu_counts()
 

@@ -1,21 +1,25 @@
 /* fastdeconv's thread pool (see pool.h for the design and why).
  *
- * State. One pool per process, `pool` below. `lock` guards the job description (generation, fn,
- * context, ntasks, seats, next_slot) and the helper count; the three fields the workers touch per task
- * are atomics:
- *   claim     (generation << 32) | index of the next unclaimed task. A participant claims with a
- *             compare-and-swap that fails when the generation is not its job's or the index reached
- *             ntasks, so a helper that joined job g can never take a task of job g+1.
- *   finished  tasks of the current job that ended (run, or skipped after a stop). The caller returns
- *             when it reaches ntasks; the participant that finishes the last task wakes it.
- *   stop      a task function asked to stop: the rest are claimed and skipped.
- * `busy` (atomic) says a caller owns the pool; a second caller runs its job alone.
+ * State. One pool per process, `pool` below. A job's caller writes its description (fn, context,
+ * ntasks) and then publishes it through three atomic words, each (generation << 32) | a count:
+ *   seats     helpers that may still join (participants - 1 when posted, 0 once the caller has nothing
+ *             left to claim). A helper joins by taking one with a compare-and-swap that fails when the
+ *             generation is not the one it saw posted or none is left; the count it took is its slot.
+ *   claim     tasks not yet claimed. A participant claims the task ntasks - count the same way, so a
+ *             helper that joined job g can never take a task of job g+1.
+ *   posted    (32 bits) the newest job's generation, which spinning helpers watch.
+ * and two more atomics: `finished` (tasks of the current job that ended, run or skipped after a stop:
+ * the caller returns when it reaches ntasks, and the participant that finishes the last task wakes it)
+ * and `stop` (a task function asked to stop: the rest are claimed and skipped). `busy` says a caller
+ * owns the pool; a second caller runs its job alone. `lock` guards only sleeping and waking: the helper
+ * count, the sleepers and the condition variables.
  *
- * A helper joins a job at most once, while seats are left (seats = participants - 1 when posted, 0
- * once the caller has nothing left to claim), takes slot next_slot++, then claims until nothing is
- * left. Every claimed task ends with one increment of `finished`, and a helper touches the job's
- * function and context only between a successful claim and that increment, during which the caller
- * waits: so the job's memory (the caller's stack) is never used after fd_pool_run returns.
+ * Joining takes no lock. A helper reads the job's description only after it claimed one of its tasks
+ * and before that task's `finished` increment: the job cannot end in between (its caller waits for that
+ * increment), so the description is the job's own, and the job's memory (the caller's stack) is never
+ * used after fd_pool_run returns. (With a lock taken to join, the helpers that a job wakes at once queue
+ * on it, each one that finds it taken sleeping in the kernel until the holder wakes it: a chain of
+ * wake-ups at the start of every call.)
  *
  * Generations are 32 bits: a helper would have to stall for 2^32 jobs to mistake a later job for its
  * own. Task indices are 32 bits: larger jobs run on the caller alone (FD_POOL_MAX_TASKS). */
@@ -142,29 +146,37 @@ static struct {
     fd_lock lock;
     fd_cond work; /* helpers sleep here between jobs */
     fd_cond done; /* the caller sleeps here for the last claimed tasks */
-    int helpers;  /* started (and alive: they never exit) */
-    /* the current job, under lock */
-    uint32_t generation;
-    int seats, next_slot;
+    int helpers;  /* started (and alive: they never exit), under lock */
+    /* the current job: written by its caller before it publishes `seats` and `claim` */
     fd_pool_task_fn fn;
     void *context;
     ptrdiff_t ntasks;
     /* atomics */
-    fd_atomic64 claim, finished;
+    fd_atomic64 seats, claim, finished;
+    int posted;   /* the newest job's generation; written under lock, so that a helper can sleep on it */
+    int ended;    /* the generation of the newest job whose tasks have all finished */
     int stop, busy;
     int awake;    /* helpers not asleep (in a job, or spinning for the next), for fd_pool_others_running */
-    int posted;   /* the generation of the newest job, read by spinning helpers without the lock */
-    int sleeping; /* helpers waiting on `work`, under lock */
-} pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
+    int waking;   /* helpers signalled and not yet running, for fd_pool_others_running; under lock */
+    int sleeping; /* helpers waiting on `work`; written under lock */
+} pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* Spinning. Waking a sleeping thread costs a system call on each side (tens of microseconds in some
- * sandboxes), which a call of 0.1 ms cannot afford on a many-core machine: a helper that finishes a
- * job first watches for the next one for FD_POOL_SPIN_NS, and the caller watches its last claimed
- * tasks as long before it sleeps. Only while no other process's thread is running or waiting for a
- * CPU (fd_pool_others_running, sampled at most once per millisecond): on a busy machine a spinning
- * thread takes the CPU that the busy neighbours and our own working threads need, so there everyone
- * sleeps at once. */
+ * sandboxes, more on the 16-core Xeon VM), which a call of 0.1 ms cannot afford on a many-core machine.
+ * So a participant that runs out of tasks watches the job's last tasks (the caller) or its end (a
+ * helper) for up to FD_POOL_TAIL_SPIN_NS, and a helper then watches for the next job for
+ * FD_POOL_SPIN_NS, before it sleeps. The tail is a task at most, and a task about a quarter of a
+ * thread's share: 2 ms covers calls of up to about 8 ms, where a wake-up still shows. (With 200 us for
+ * both, on the Xeon at 4 and 16 threads, the helpers that ran out of tasks first slept in almost every
+ * call of grouped and big, and were woken one after another at the start of the next.) Only while no
+ * other process's thread is running or waiting for a CPU (fd_pool_others_running, sampled at most once
+ * per millisecond): on a busy machine a spinning thread takes the CPU that the busy neighbours and our
+ * own working threads need, so there everyone sleeps at once. (tests/c/build.sh also builds it with 0,
+ * so that its tests take the sleeping paths.) */
+#ifndef FD_POOL_SPIN_NS
 #define FD_POOL_SPIN_NS 200000LL
+#endif
+#define FD_POOL_TAIL_SPIN_NS (10 * FD_POOL_SPIN_NS)
 
 static inline void cpu_relax(void) {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
@@ -176,11 +188,11 @@ static inline void cpu_relax(void) {
 
 static int machine_idle(void);
 
-/* Spin until `done(arg)` or FD_POOL_SPIN_NS have passed; returns done(arg). */
-static int spin_until(int (*done)(const void *), const void *arg) {
+/* Spin until `done(arg)` or `ns` nanoseconds have passed; returns done(arg). */
+static int spin_until(int (*done)(const void *), const void *arg, long long ns) {
     if (done(arg)) return 1;
     if (!machine_idle()) return 0;
-    const long long deadline = fd_monotonic_ns() + FD_POOL_SPIN_NS;
+    const long long deadline = fd_monotonic_ns() + ns;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             cpu_relax();
@@ -194,19 +206,35 @@ static int job_posted_after(const void *joined) {
     return (uint32_t)atomic_load32(&pool.posted) != *(const uint32_t *)joined;
 }
 
+/* Job `*seen` has ended, or a newer one was posted. */
+static int job_ended(const void *seen) {
+    return (uint32_t)atomic_load32(&pool.ended) == *(const uint32_t *)seen || job_posted_after(seen);
+}
+
 static int job_finished(const void *ntasks) { return atomic_load64(&pool.finished) == *(const ptrdiff_t *)ntasks; }
 
-/* Claim and run (or, after a stop, skip) tasks of job `generation` until none is left. */
-static void work_on(uint32_t generation, ptrdiff_t ntasks, fd_pool_task_fn fn, void *context, int slot) {
+static int64_t job_word(uint32_t generation, ptrdiff_t count) { return (int64_t)(((uint64_t)generation << 32) | (uint64_t)count); }
+
+/* Takes one of the count of `word` (seats or claim) if it is job `generation`'s and not zero: returns the
+ * count before (>= 1), or 0. */
+static ptrdiff_t take_one(fd_atomic64 *word, uint32_t generation) {
+    int64_t seen = atomic_load64(word);
     for (;;) {
-        int64_t seen = atomic_load64(&pool.claim);
-        for (;;) {
-            if ((uint32_t)((uint64_t)seen >> 32) != generation || (seen & 0xffffffff) >= ntasks) return;
-            if (atomic_cas64(&pool.claim, seen, seen + 1)) break;
-            seen = atomic_load64(&pool.claim);
-        }
-        const ptrdiff_t task = (ptrdiff_t)(seen & 0xffffffff);
-        if (!atomic_load32(&pool.stop) && fn(context, task, slot) != 0) atomic_store32(&pool.stop, 1);
+        if ((uint32_t)((uint64_t)seen >> 32) != generation || (seen & 0xffffffff) == 0) return 0;
+        if (atomic_cas64(word, seen, seen - 1)) return (ptrdiff_t)(seen & 0xffffffff);
+        seen = atomic_load64(word);
+    }
+}
+
+/* Claim and run (or, after a stop, skip) tasks of job `generation` as participant `slot` until none is
+ * left. */
+static void work_on(uint32_t generation, int slot) {
+    for (;;) {
+        const ptrdiff_t unclaimed = take_one(&pool.claim, generation);
+        if (unclaimed == 0) return;
+        /* The job cannot end before this task's `finished` increment: its description is its own. */
+        const ptrdiff_t ntasks = pool.ntasks;
+        if (!atomic_load32(&pool.stop) && pool.fn(pool.context, ntasks - unclaimed, slot) != 0) atomic_store32(&pool.stop, 1);
         if (atomic_increment64(&pool.finished) == ntasks) {
             /* The last task: wake the caller if it sleeps (it checks `finished` under the lock, so
              * taking the lock here means the wake-up cannot fall between its check and its sleep). */
@@ -217,39 +245,41 @@ static void work_on(uint32_t generation, ptrdiff_t ntasks, fd_pool_task_fn fn, v
     }
 }
 
-static void helper_loop(void) {
-    uint32_t joined = 0;
-    int first = 1;
-    lock(&pool.lock);
-    for (;;) {
-        if (pool.seats == 0 || (!first && pool.generation == joined)) {
-            atomic_store32(&pool.awake, pool.awake - !first); /* read without the lock by fd_pool_others_running */
-            do {
-                pool.sleeping++;
-                cond_wait(&pool.work, &pool.lock);
-                pool.sleeping--;
-            } while (pool.seats == 0 || (!first && pool.generation == joined));
-            atomic_store32(&pool.awake, pool.awake + 1);
-        } else if (first) {
-            atomic_store32(&pool.awake, pool.awake + 1);
-        }
-        first = 0;
-        joined = pool.generation;
-        pool.seats--;
-        /* wake-ups travel down a chain: each helper that joins wakes the next sleeper, so the caller
-           signals once and starts working */
-        if (pool.seats > 0 && pool.sleeping > 0) cond_signal(&pool.work);
-        const int slot = pool.next_slot++;
-        const fd_pool_task_fn fn = pool.fn;
-        void *const context = pool.context;
-        const ptrdiff_t ntasks = pool.ntasks;
-        unlock(&pool.lock);
-        work_on(joined, ntasks, fn, context, slot);
-        spin_until(job_posted_after, &joined);   /* still counted awake */
-        lock(&pool.lock);
-    }
+/* Wakes one sleeping helper for a job that has seats left; the caller holds the lock. */
+static void wake_one(void) {
+    atomic_store32(&pool.waking, pool.waking + 1);
+    cond_signal(&pool.work);
 }
 
+static void helper_loop(void) {
+    uint32_t seen = 0;   /* the newest job this helper has seen posted */
+    for (;;) {
+        if (!spin_until(job_posted_after, &seen, FD_POOL_SPIN_NS)) {
+            lock(&pool.lock);
+            atomic_store32(&pool.awake, pool.awake - 1);
+            while ((uint32_t)pool.posted == seen) {
+                atomic_store32(&pool.sleeping, pool.sleeping + 1);
+                cond_wait(&pool.work, &pool.lock);
+                atomic_store32(&pool.sleeping, pool.sleeping - 1);
+            }
+            if (pool.waking > 0) atomic_store32(&pool.waking, pool.waking - 1);
+            atomic_store32(&pool.awake, pool.awake + 1);
+            unlock(&pool.lock);
+        }
+        seen = (uint32_t)atomic_load32(&pool.posted);
+        const ptrdiff_t seat = take_one(&pool.seats, seen);
+        if (seat == 0) continue;   /* the job is closed or full: wait for the next */
+        /* Wake-ups travel down a chain: a helper that joins wakes a sleeper while seats are left, so the
+           caller signals once and starts working. */
+        if (seat > 1 && atomic_load32(&pool.sleeping) > 0) {
+            lock(&pool.lock);
+            if (pool.sleeping > 0) wake_one();
+            unlock(&pool.lock);
+        }
+        work_on(seen, (int)seat);
+        spin_until(job_ended, &seen, FD_POOL_TAIL_SPIN_NS);   /* the others' last tasks */
+    }
+}
 #ifdef _WIN32
 static unsigned __stdcall helper_entry(void *arg) {
     (void)arg;
@@ -273,9 +303,14 @@ static void at_fork_child(void) {
     pthread_cond_init(&pool.work, NULL);
     pthread_cond_init(&pool.done, NULL);
     pool.helpers = 0;
-    pool.seats = 0;
+    /* a job of the parent's that was running at fork(): closed, so that the child's helpers (which join
+       without the lock) cannot take a seat or a task of it */
+    const uint32_t posted = (uint32_t)pool.posted;
+    pool.seats = job_word(posted, 0);
+    pool.claim = job_word(posted, 0);
     pool.busy = 0;
     pool.awake = 0;
+    pool.waking = 0;
     pool.sleeping = 0;
 }
 #endif
@@ -293,32 +328,33 @@ int fd_pool_run(ptrdiff_t ntasks, int participants, fd_pool_task_fn fn, void *co
         return run_alone(ntasks, fn, context);
 
     lock(&pool.lock);
-    while (pool.helpers < participants - 1 && start_helper() == 0) pool.helpers++;
+    while (pool.helpers < participants - 1 && start_helper() == 0) {
+        pool.helpers++;
+        atomic_store32(&pool.awake, pool.awake + 1);   /* it starts by looking for this job */
+    }
     const int seats = pool.helpers < participants - 1 ? pool.helpers : participants - 1;
-    const uint32_t generation = ++pool.generation;
+    const uint32_t generation = (uint32_t)pool.posted + 1;
     pool.fn = fn;
     pool.context = context;
     pool.ntasks = ntasks;
-    pool.seats = seats;
-    pool.next_slot = 1;
     atomic_store32(&pool.stop, 0);
     atomic_store64(&pool.finished, 0);
-    atomic_store64(&pool.claim, (int64_t)((uint64_t)generation << 32));
+    atomic_store64(&pool.claim, job_word(generation, ntasks));
+    atomic_store64(&pool.seats, job_word(generation, seats));
     atomic_store32(&pool.posted, (int)generation);   /* spinning helpers join now */
-    if (seats > 0 && pool.sleeping > 0) cond_signal(&pool.work);   /* the first of the chain */
+    if (seats > 0 && pool.sleeping > 0) wake_one();   /* the first of the chain */
     unlock(&pool.lock);
 
-    work_on(generation, ntasks, fn, context, 0);
+    work_on(generation, 0);
 
     /* Nothing left to claim: close the job to late helpers and wait for the tasks still running. */
-    lock(&pool.lock);
-    pool.seats = 0;
-    unlock(&pool.lock);
-    if (!spin_until(job_finished, &ntasks)) {
+    atomic_store64(&pool.seats, job_word(generation, 0));
+    if (!spin_until(job_finished, &ntasks, FD_POOL_TAIL_SPIN_NS)) {
         lock(&pool.lock);
         while (atomic_load64(&pool.finished) != ntasks) cond_wait(&pool.done, &pool.lock);
         unlock(&pool.lock);
     }
+    atomic_store32(&pool.ended, (int)generation);
     const int stopped = atomic_load32(&pool.stop);
     atomic_store32(&pool.busy, 0);
     return stopped ? FD_POOL_STOPPED : FD_POOL_DONE;
@@ -336,8 +372,9 @@ int fd_pool_helpers(void) {
 #include <fcntl.h>
 #include <unistd.h>
 static int loadavg_fd = -1;
-static fd_atomic64 sampled_ns = -1000000000LL; /* when `others` was sampled */
-static int others = -1;
+static fd_atomic64 sampled_ns = -1000000000LL; /* when `latest` was sampled */
+static int latest = -1; /* the newest sample's count */
+static int others = -1; /* what fd_pool_others_running returns until the next sample */
 
 /* /proc/loadavg is "0.52 0.58 0.59 3/1234 5678": the 4th field's numerator counts the threads running
  * or runnable now, machine-wide (the reader included). */
@@ -374,12 +411,18 @@ int fd_pool_others_running(void) {
     atomic_store64(&sampled_ns, now);
     const int running = read_running();
     int count = -1;
-    if (running >= 0) {
-        count = running - 1 - atomic_load32(&pool.awake);
+    if (running >= 0) {   /* the pool's helpers that are awake or being woken are this process's */
+        count = running - 1 - atomic_load32(&pool.awake) - atomic_load32(&pool.waking);
         if (count < 0) count = 0;
     }
-    atomic_store32(&others, count);
-    return count;
+    /* The smaller of this sample and the one before (at least 1 ms older): a thread that runs for less
+       than that (a kernel worker; on the 16-core Xeon one was runnable in ...) is not a neighbour that
+       needs our CPUs, while a busy process shows in both. */
+    const int before = atomic_load32(&latest);
+    atomic_store32(&latest, count);
+    const int result = count < 0 || before < 0 ? count : before < count ? before : count;
+    atomic_store32(&others, result);
+    return result;
 }
 #else
 int fd_pool_others_running(void) { return -1; }

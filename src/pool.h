@@ -12,9 +12,11 @@
  *   helpers have claimed and are running: never for a helper that has not started. A helper that
  *   wakes late finds nothing left to claim (or a newer job: the counter carries the job's generation,
  *   so a late helper can never claim a task of the next job) and goes back to sleep.
+ * - Helpers join a job without a lock: a compare-and-swap takes one of its seats (pool.c).
  * - Waiting is passive: helpers sleep on a condition variable between jobs and the caller on another
- *   for the last claimed tasks, after a spin of at most 200 us, and only while no other process's
- *   thread wants a CPU (pool.c says why).
+ *   for the last claimed tasks, after a bounded spin (up to 2 ms for the job's last tasks, then up to
+ *   200 us for the next job), and spinning only while no other process's thread wants a CPU (pool.c
+ *   says why).
  * - One job at a time: a caller that finds the pool running another thread's job runs its own tasks
  *   alone (those threads already keep the cores busy), so concurrent calls never wait for each other.
  * - fork(): the child has none of the helpers, so a pthread_atfork child handler empties the pool
@@ -50,7 +52,9 @@ int fd_pool_helpers(void);
 
 /* Threads of other processes (or of this one, outside the pool's current jobs) that are running or
  * ready to run right now, machine-wide: Linux's /proc/loadavg "running" count less the calling thread
- * and the pool's awake helpers, sampled at most once per millisecond. -1 where unknown (not Linux).
+ * and the pool's awake helpers, sampled at most once per millisecond; the smaller of the last two
+ * samples, so that a thread that runs for less than that (a kernel worker) does not count. -1 where
+ * unknown (not Linux).
  * The shim runs a default-threads call on fewer threads when the CPUs are taken (a helper that the OS
  * deschedules while it holds a task makes the caller wait for it). */
 int fd_pool_others_running(void);

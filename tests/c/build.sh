@@ -40,9 +40,17 @@ fi
 pool_sources="$root/src/pool.c $here/test_pool.c"
 $CC -O2 -g -std=c99 -Wall -Wextra -pthread -I"$root/src" $pool_sources -o "$out/test_pool"
 "$out/test_pool"
+# again with helpers that never spin: each sleeps between jobs and is woken down the chain
+$CC -O2 -g -std=c99 -Wall -Wextra -pthread -DFD_POOL_SPIN_NS=0 -I"$root/src" $pool_sources -o "$out/test_pool_sleep"
+echo "helpers that never spin:"
+"$out/test_pool_sleep"
 if $CC -O1 -g -std=c99 -fsanitize=thread -pthread -I"$root/src" $pool_sources -o "$out/test_pool_tsan" 2>/dev/null; then
     echo "ThreadSanitizer:"
     TSAN_OPTIONS=halt_on_error=1 "$out/test_pool_tsan" quick nofork
+    # and with helpers that never spin
+    $CC -O1 -g -std=c99 -fsanitize=thread -pthread -DFD_POOL_SPIN_NS=0 -I"$root/src" $pool_sources -o "$out/test_pool_tsan_sleep"
+    echo "ThreadSanitizer, helpers that never spin:"
+    TSAN_OPTIONS=halt_on_error=1 "$out/test_pool_tsan_sleep" quick nofork
 else
     echo "ThreadSanitizer unavailable: skipped"
 fi
