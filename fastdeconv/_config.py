@@ -35,6 +35,16 @@ def get_num_threads() -> int:
     return _cpu.get_num_threads()
 
 
+def _winograd_stores(info: dict) -> str:
+    """How "winograd" writes its outputs (src/winograd_tiles.h): only the AVX-512 path streams."""
+    least = info["winograd_stream_min_bytes"]
+    if info["gemm_isa"] != "avx512" or least is None:
+        return "normal"
+    if least == 0:
+        return "non-temporal (AVX-512 path)"
+    return f"non-temporal for outputs of {least / 2**20:g} MiB or more (AVX-512 path; a third of the last-level cache)"
+
+
 def config() -> dict:
     """show_config()'s facts as a dict."""
     info = _cpu.build_info()
@@ -51,8 +61,7 @@ def config() -> dict:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "simd_paths": info["gemm_isa_supported"],
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
-        "winograd_stores": ("non-temporal (AVX-512 path)" if info["winograd_stream_output"] and
-                            info["gemm_isa"] == "avx512" else "normal"),
+        "winograd_stores": _winograd_stores(info),
         "workspace_bound": (
             f"per thread, independent of the image size: col2im column buffer max("
             f"{_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, {_cpu.COL2IM_MIN_PIXELS} input pixels' kH*kW*C_out/groups "

@@ -62,7 +62,7 @@ cdef extern from "gemm.h" nogil:
 
 cdef extern from "winograd_tiles.h" nogil:
     enum: FD_WINOGRAD_STREAM_AUTO
-    int fd_winograd_stream_output()
+    size_t fd_winograd_stream_min_bytes()
     int fd_winograd_set_stream_output(int mode)
 
 cdef extern from "algorithm.h" nogil:
@@ -236,7 +236,7 @@ def build_info():
         "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
         "gemm_isa_supported": isas,
-        "winograd_stream_output": get_winograd_stream_output(),
+        "winograd_stream_min_bytes": get_winograd_stream_min_bytes(),
     }
 
 
@@ -255,17 +255,20 @@ def get_gemm_isa():
 
 
 def set_winograd_stream_output(mode):
-    """Force the "winograd" algorithm's non-temporal output stores on (True) or off (False), or restore
-    the automatic choice (None: on for Intel CPUs with AVX-512, off elsewhere; src/winograd_tiles.h). For tests and
+    """Force the "winograd" algorithm's non-temporal output stores on (True: every output) or off (False),
+    or restore the automatic choice (None: every output on Intel CPUs with AVX-512, outputs of a third of
+    the last-level cache or more on other CPUs with AVX-512; src/winograd_tiles.h). For tests and
     benchmarks; results are the same bits either way."""
     if mode is not None and not isinstance(mode, bool):
         raise TypeError(f"mode must be True, False or None, got {mode!r}")
     fd_winograd_set_stream_output(FD_WINOGRAD_STREAM_AUTO if mode is None else int(mode))
 
 
-def get_winograd_stream_output():
-    """Whether the "winograd" algorithm writes its outputs with non-temporal stores (AVX-512 path)."""
-    return bool(fd_winograd_stream_output())
+def get_winograd_stream_min_bytes():
+    """The smallest layer output (bytes, all images) that the "winograd" algorithm writes with
+    non-temporal stores on the AVX-512 path: 0 for every output, None for none."""
+    cdef size_t least = fd_winograd_stream_min_bytes()
+    return None if least == <size_t>-1 else least
 
 
 ISA_ENV = "FASTDECONV_ISA"

@@ -10,7 +10,8 @@
  *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
  *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
  *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation),
- *                    with non-temporal stores on Intel CPUs (AVX-512 path; winograd_tiles.h)
+ *                    with non-temporal stores on Intel CPUs, and elsewhere for outputs of a third of
+ *                    the last-level cache or more (AVX-512 path; winograd_tiles.h)
  * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
  * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
  *
@@ -265,6 +266,13 @@ static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *ta
     return count;
 }
 
+/* Whether the layer's outputs are written with non-temporal stores (winograd_tiles.h): by the size of
+ * the whole output, so that every task of a call makes the same choice. */
+static int winograd_streams(const fd_geometry *geo, size_t itemsize) {
+    return (size_t)geo->batch * (size_t)geo->out_h * (size_t)geo->out_w * (size_t)geo->out_channels * itemsize >=
+           fd_winograd_stream_min_bytes();
+}
+
 /* Blob parts: whether every weight is finite, the phase algorithm's own blob (the fallback, and its
  * tap tables), then per (group, row phase, column phase) the packed U of each point, one after another. */
 enum { WINOGRAD_WEIGHTS_FINITE, WINOGRAD_PHASE_BLOB, WINOGRAD_MATRICES };
@@ -449,6 +457,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const fd_winograd_1d *fy = winograd_packed_tile(ay->taps, Cig), *fx = winograd_packed_tile(ax->taps, Cig);
     const ptrdiff_t my = ay->m, mx = ax->m;
+    const int stream = winograd_streams(geo, sizeof(FD_REAL));
 
     int nonfinite = !*(const int *)fd_blob_part(op->packed, WINOGRAD_WEIGHTS_FINITE);
     ptrdiff_t count = 0;
@@ -463,7 +472,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
             for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
                 /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
                 const fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig,
-                                                 ws.zeros, NULL, 0, 0, 0, 0, 0, 0, NULL};
+                                                 ws.zeros, NULL, 0, 0, 0, 0, 0, 0, NULL, 0};
                 FD_FN(winograd_input)(&input, tiles, count, ws.V);
                 for (ptrdiff_t ry = 0; ry < sH && !nonfinite; ry++)
                     for (ptrdiff_t rx = 0; rx < sW && !nonfinite; rx++) {
@@ -477,7 +486,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
                         const fd_winograd_phase ph = {fy, fx, NULL, H, W, H * W * Cin, Cin, ay->origin + dy, ax->origin + dx,
                                                       Cig, ws.zeros, y + (ry * Wo + rx) * Cout + g * Cog + c0,
                                                       fd_ceil_div(Ho - ry, sH), fd_ceil_div(Wo - rx, sW), Ho * Wo * Cout,
-                                                      sH * Wo * Cout, sW * Cout, cols, bias ? bias + g * Cog + c0 : NULL};
+                                                      sH * Wo * Cout, sW * Cout, cols, bias ? bias + g * Cog + c0 : NULL, stream};
                         const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES +
                                                                          (size_t)((g * sH + ry) * sW + rx)) + Cig * c0;
                         FD_FN(winograd_gemms)(&ph, fy, fx, count, U, point_size, ws.a_rows, ws.c_rows);
@@ -542,6 +551,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t y0 = Ty > 0 ? winograd_phase_origin(kH, sH, geo->pad_top, ry) : 0;
     const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
     const ptrdiff_t last_y = Jy % my;   /* outputs of each image's last tile row when shorter, else 0 */
+    const int stream = winograd_streams(geo, sizeof(FD_REAL));
 
     for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo && !nonfinite; rx++) {
@@ -561,7 +571,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
                                     y0, winograd_phase_origin(kW, sW, geo->pad_left, rx), Cig, ws.zeros,
                                     y + (ry * Wo + rx) * Cout + g * Cog + c0, Jy, Jx,
                                     Ho * Wo * Cout, sH * Wo * Cout, sW * Cout, cols,
-                                    bias ? bias + g * Cog + c0 : NULL};
+                                    bias ? bias + g * Cog + c0 : NULL, stream};
             const FD_REAL *U = (const FD_REAL *)fd_blob_part(op->packed, WINOGRAD_MATRICES + (size_t)((g * sH + ry) * sW + rx)) +
                                Cig * c0;
             for (int short_row = 0; short_row <= (last_y != 0) && !nonfinite; short_row++) {

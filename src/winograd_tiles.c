@@ -1,6 +1,7 @@
 /* The Winograd tile transforms (winograd_tiles.h), float and double, compiled once per ISA through
  * function target attributes (never -march) and dispatched by the GEMM's ISA choice (fd_gemm_get_isa),
  * like the depthwise kernels (depthwise_rows.c). See winograd_tiles.template.c. */
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -84,7 +85,7 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
         switch (fd_gemm_get_isa()) {                                                                        \
         case FD_ISA_AVX512:                                                                                 \
             if (winograd_avx512_ok())                                                                       \
-                return fd_##prefix##winograd_output_avx512(ph, tiles, count, M, fd_winograd_stream_output()); \
+                return fd_##prefix##winograd_output_avx512(ph, tiles, count, M, ph->stream);         \
             /* fall through */                                                                              \
         case FD_ISA_AVX2:                                                                                   \
             if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M, 0);       \
@@ -106,24 +107,54 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
     }
 #endif
 
-/* Non-temporal output stores (winograd_tiles.h): FD_WINOGRAD_STREAM_AUTO (-1) until resolved
- * (fd_choice_get), then 0 or 1. */
-static int fd_winograd_stream_state = FD_WINOGRAD_STREAM_AUTO;
+/* Non-temporal output stores (winograd_tiles.h). The mode: FD_WINOGRAD_STREAM_AUTO, 0 or 1, as set by
+ * fd_winograd_set_stream_output; the automatic threshold in KiB: -1 until resolved (fd_choice_get), then
+ * a size, or INT_MAX for none. */
+static int fd_winograd_stream_mode = FD_WINOGRAD_STREAM_AUTO;
+static int fd_winograd_stream_auto_kib = -1;
 
-static int stream_auto(void) {
+#if FD_GEMM_X86_SIMD
+#include <cpuid.h>
+
+/* KiB of the level-3 cache, from CPUID's deterministic cache parameters (leaf 4 on Intel, 0x8000001D
+ * on AMD: ways x partitions x line size x sets), or 0 when no leaf describes one. */
+static long long last_level_cache_kib(void) {
+    const unsigned leaf = __builtin_cpu_is("amd") ? 0x8000001Du : 4u;
+    if (__get_cpuid_max(leaf & 0x80000000u, NULL) < leaf) return 0;
+    for (unsigned index = 0; index < 16; index++) {
+        unsigned a, b, c, d;
+        __cpuid_count(leaf, index, a, b, c, d);
+        const unsigned type = a & 0x1f, level = (a >> 5) & 7;
+        if (type == 0) break;                        /* no more caches */
+        if (level == 3 && (type == 1 || type == 3))  /* data or unified */
+            return (long long)(((b >> 22) & 0x3ff) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) *
+                   ((long long)c + 1) / 1024;
+    }
+    return 0;
+}
+#endif
+
+static int stream_auto_kib(void) {
 #if FD_GEMM_X86_SIMD
     __builtin_cpu_init();
-    return __builtin_cpu_is("intel") && winograd_avx512_ok();   /* only the AVX-512 path streams */
+    if (!winograd_avx512_ok()) return INT_MAX;   /* only the AVX-512 path streams */
+    if (__builtin_cpu_is("intel")) return 0;
+    const long long third = last_level_cache_kib() / 3;
+    return third > 0 && third < INT_MAX ? (int)third : INT_MAX;
 #else
-    return 0;
+    return INT_MAX;
 #endif
 }
 
-int fd_winograd_stream_output(void) { return fd_choice_get(&fd_winograd_stream_state, stream_auto); }
+size_t fd_winograd_stream_min_bytes(void) {
+    const int mode = fd_choice_load(&fd_winograd_stream_mode);
+    const int kib = mode == 1 ? 0 : mode == 0 ? INT_MAX : fd_choice_get(&fd_winograd_stream_auto_kib, stream_auto_kib);
+    return kib == INT_MAX ? SIZE_MAX : (size_t)kib * 1024;
+}
 
 int fd_winograd_set_stream_output(int mode) {
     if (mode != 0 && mode != 1 && mode != FD_WINOGRAD_STREAM_AUTO) return -1;
-    fd_choice_store(&fd_winograd_stream_state, mode);
+    fd_choice_store(&fd_winograd_stream_mode, mode);
     return 0;
 }
 

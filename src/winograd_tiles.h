@@ -18,6 +18,7 @@
 #define FASTDECONV_WINOGRAD_TILES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "winograd_transforms.h"
 
@@ -68,6 +69,7 @@ typedef struct {
     ptrdiff_t y_image, y_row, y_col; /* between images (Ho*Wo*C_out), phase rows (sH*Wo*C_out), phase columns (sW*C_out) */
     ptrdiff_t cols;                /* output channels written */
     const void *bias;              /* cols values, or NULL */
+    int stream;                    /* write whole output vectors with non-temporal stores (AVX-512 path) */
 } fd_winograd_phase;
 
 /* A tile: image n, first output (jy, jx) in phase coordinates; it may start before the phase (jy or jx
@@ -82,20 +84,26 @@ void fd_dwinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *til
 
 /* From M[(point*count + t)*cols + o] (the GEMMs' results), writes the tiles' outputs that lie inside
  * the phase (none for a tile wholly outside). Returns 1 if any written value is not finite (NaN or
- * infinite), else 0. Where fd_winograd_stream_output() is 1, the AVX-512 path writes each whole vector
- * that starts on a cache line with a non-temporal store (the line is not read first), then fences. */
+ * infinite), else 0. Where ph->stream is set, the AVX-512 path writes each whole vector that starts on
+ * a cache line with a non-temporal store (the line is not read first), then fences. */
 int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const float *M);
 int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
 
-/* Whether outputs are written with non-temporal stores: FD_WINOGRAD_STREAM_AUTO (the default) is 1 on
- * Intel CPUs with AVX-512 (only that path streams) and 0 elsewhere. Measured (README, the 16-core Xeon paragraph after
- * the benchmark tables): on a 16-core Xeon (Sapphire Rapids) they took grouped 15-22 % faster at 1
+/* Non-temporal output stores. A layer whose output (all images, bytes) is at least
+ * fd_winograd_stream_min_bytes() sets ph->stream; SIZE_MAX means none. FD_WINOGRAD_STREAM_AUTO (the
+ * default): every output on Intel CPUs with AVX-512 (only that path streams); on other CPUs with
+ * AVX-512, outputs of at least a third of the last-level cache (CPUID's deterministic cache parameters),
+ * none where that is unknown; none without AVX-512. Measured (README, the 16-core Xeon paragraph after the
+ * benchmark tables): on a 16-core Xeon (Sapphire Rapids) they took grouped (8 MiB) 15-22 % faster at 1
  * thread and 18-29 % at 16, and with a convolution reading the output the pair was as fast or faster
- * in 7 of 8 runs at 16 threads; on a 2-core AMD EPYC (Zen 4) grouped ran 4-8 % slower, and 13 % slower
- * with that convolution (its input then comes from memory instead of the fast last-level cache). fd_winograd_set_stream_output forces 0 or 1 (tests,
- * benchmarks) or restores AUTO; it returns -1 for any other value. */
+ * in 7 of 8 runs at 16 threads. On a 2-core AMD EPYC (Zen 4, 32 MiB L3) grouped ran 2-8 % slower, and
+ * 2-13 % slower with that convolution (its input then comes from memory instead of the L3), while big
+ * (16 MiB) ran 12 % faster, and 2-3 % faster with the convolution: an output that fills half the L3
+ * does not stay there for its reader anyway. A third lies between the two measured sizes (a quarter:
+ * slower; a half: faster), decided on that one machine. fd_winograd_set_stream_output forces 0 (none)
+ * or 1 (every output) for tests and benchmarks, or restores AUTO; it returns -1 for any other value. */
 enum { FD_WINOGRAD_STREAM_AUTO = -1 };
-int fd_winograd_stream_output(void);
+size_t fd_winograd_stream_min_bytes(void);
 int fd_winograd_set_stream_output(int mode);
 
 #endif

@@ -45,7 +45,7 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
     }
 }
 
-/* An output vector to p: with `stream` (fd_winograd_stream_output) on the AVX-512 path, a whole vector
+/* An output vector to p: with `stream` (ph->stream, winograd_tiles.h) on the AVX-512 path, a whole vector
  * that starts on a cache line by a non-temporal store (one full line, not read first); anything else
  * wv_store. A function that streams ends with wv_stream_fence. */
 FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n, int stream) {

@@ -230,20 +230,41 @@ def _cpu_vendor():
         return None
 
 
-def test_non_temporal_stores_are_chosen_for_intel_cpus_only():
-    """The automatic choice (src/winograd_tiles.h): on for Intel CPUs with AVX-512 (measured faster on a
-    Sapphire Rapids Xeon, slower on an AMD Zen 4); forcing either way and back works, anything but a
-    bool or None is refused."""
+def _last_level_cache_bytes():
+    """The level-3 cache's size as Linux reports it (sysfs), or None."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    units = {"K": 1 << 10, "M": 1 << 20}
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units and text[:-1].isdigit() else None
+
+
+def test_non_temporal_stores_are_chosen_by_cpu_and_output_size():
+    """The automatic choice (src/winograd_tiles.h): every output on Intel CPUs with AVX-512 (measured
+    faster on a Sapphire Rapids Xeon); on other CPUs with AVX-512 the outputs of at least a third of the
+    last-level cache (CPUID's size, checked here against Linux's sysfs; on an AMD Zen 4 an 8 MiB output
+    was slower streamed and a 16 MiB one faster); none without AVX-512. Forcing either way and back
+    works, anything but a bool or None is refused."""
     vendor = _cpu_vendor()
     if vendor is None:
         pytest.skip("no /proc/cpuinfo vendor_id here")
-    automatic = vendor == "GenuineIntel" and _cpu.build_info()["gemm_isa_supported"]["avx512"]
-    assert _cpu.get_winograd_stream_output() == automatic
+    automatic = _cpu.get_winograd_stream_min_bytes()
+    if not _cpu.build_info()["gemm_isa_supported"]["avx512"]:
+        assert automatic is None
+    elif vendor == "GenuineIntel":
+        assert automatic == 0
+    else:
+        cache = _last_level_cache_bytes()
+        if cache is None:
+            pytest.skip("no level-3 cache size in sysfs to compare with")
+        assert automatic == cache // 1024 // 3 * 1024
     with stream_output(True):
-        assert _cpu.get_winograd_stream_output() is True
+        assert _cpu.get_winograd_stream_min_bytes() == 0
     with stream_output(False):
-        assert _cpu.get_winograd_stream_output() is False
-    assert _cpu.get_winograd_stream_output() == automatic
+        assert _cpu.get_winograd_stream_min_bytes() is None
+    assert _cpu.get_winograd_stream_min_bytes() == automatic
     with pytest.raises(TypeError, match="mode must be True, False or None, got 1"):
         _cpu.set_winograd_stream_output(1)
 
