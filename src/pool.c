@@ -8,9 +8,10 @@
  *   claim     tasks not yet claimed. A participant claims the task ntasks - count the same way, so a
  *             helper that joined job g can never take a task of job g+1.
  *   posted    (32 bits) the newest job's generation, which spinning helpers watch.
- * and two more atomics: `finished` (tasks of the current job that ended, run or skipped after a stop:
- * the caller returns when it reaches ntasks, and the participant that finishes the last task wakes it)
- * and `stop` (a task function asked to stop: the rest are claimed and skipped). `busy` says a caller
+ * and three more atomics: `finished` (tasks of the current job that ended, run or skipped after a
+ * stop: the caller returns when it reaches ntasks, and the participant that finishes the last task
+ * wakes it), `ended` (the generation of the newest job whose tasks have all finished, which helpers that
+ * ran out of tasks watch) and `stop` (a task function asked to stop: the rest are claimed and skipped). `busy` says a caller
  * owns the pool; a second caller runs its job alone. `lock` guards only sleeping and waking: the helper
  * count, the sleepers and the condition variables.
  *

@@ -20,7 +20,8 @@
  * - One job at a time: a caller that finds the pool running another thread's job runs its own tasks
  *   alone (those threads already keep the cores busy), so concurrent calls never wait for each other.
  * - fork(): the child has none of the helpers, so a pthread_atfork child handler empties the pool
- *   (fresh lock and condition variables, no helpers); the child's next call starts its own.
+ *   (fresh lock and condition variables, no helpers, a job of the parent's that was running closed);
+ *   the child's next call starts its own.
  * - Helpers are started on demand (the largest job so far decides how many) and live until the process
  *   ends; they block every signal, so that signals go to the application's threads.
  *
