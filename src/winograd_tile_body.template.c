@@ -103,10 +103,10 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_input_tiles_, FD_WIN_BODY))(const fd_winogr
 
 FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,
                                            ptrdiff_t count, const FD_REAL *M, const int ny, const int nx,
-                                           const int my, const int mx, const double *ATy, const double *ATx,
-                                           int stream) {
+                                           const int my, const int mx, const double *ATy, const double *ATx) {
     const ptrdiff_t cols = ph->cols, m_point = count * cols;
     const FD_REAL *bias = (const FD_REAL *)ph->bias;
+    const int stream = ph->stream;
     WV guard = FD_ISA_FN(wv_zero)();
     for (ptrdiff_t t = 0; t < count; t++) {
         /* a tile of shared phases (deconv_winograd.template.c) may start before the phase or end past it */

@@ -84,16 +84,15 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
                                      ptrdiff_t count, const real *M) {                                      \
         switch (fd_gemm_get_isa()) {                                                                        \
         case FD_ISA_AVX512:                                                                                 \
-            if (winograd_avx512_ok())                                                                       \
-                return fd_##prefix##winograd_output_avx512(ph, tiles, count, M, ph->stream);         \
+            if (winograd_avx512_ok()) return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);      \
             /* fall through */                                                                              \
         case FD_ISA_AVX2:                                                                                   \
-            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M, 0);       \
+            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);          \
             break;                                                                                          \
         default:                                                                                            \
             break;                                                                                          \
         }                                                                                                   \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M, 0);                               \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
     }
 #else
 #define WINOGRAD_DISPATCH(prefix, real)                                                                     \
@@ -103,7 +102,7 @@ static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
     }                                                                                                       \
     int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, const real *M) {                                      \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M, 0);                               \
+        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
     }
 #endif
 

@@ -115,9 +115,9 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
                                    &WIN_TABLE(MY, TY, _BT)[0][0], &WIN_TABLE(MX, TX, _BT)[0][0]);                  \
     }                                                                                                              \
     static FD_TARGET __attribute__((noinline)) int WIN_KIND_FN(win_out, MY, TY, MX, TX)(                          \
-        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M, int stream) { \
+        const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M) {          \
         return FD_ISA_FN(win_output_tiles_fixed)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,          \
-                                           &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0], stream);  \
+                                           &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0]);          \
     }
 WIN_CASES(WIN_DEFINE)
 
@@ -127,7 +127,7 @@ WIN_CASES(WIN_DEFINE)
         return;                                                                           \
     }
 #define WIN_OUT_CASE(MY, TY, MX, TX) \
-    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M, stream);
+    if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M);
 
 static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 FD_REAL *V) {
@@ -136,10 +136,10 @@ static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, con
 }
 
 static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
-                                                const FD_REAL *M, int stream) {
+                                                const FD_REAL *M) {
     WIN_CASES(WIN_OUT_CASE)
     return FD_ISA_FN(win_output_tiles_any)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
-                                       ph->fx->AT, stream);
+                                       ph->fx->AT);
 }
 
 #undef WIN_DEFINE
