@@ -410,7 +410,7 @@ static FD_FN(winograd_space) FD_FN(winograd_space_at)(const fd_geometry *geo, vo
 
 /* The GEMMs of a chunk of `count` tiles of one kind (ph->fy x ph->fx, whose points are a subset of the
  * packed tiles fy x fx: the blob holds their U), one per point: M[point] = V[point] @ U[point], through
- * the row pointers of winograd_space_reset. */
+ * the row pointers of winograd_space_reset, which are evenly spaced (Cig and cols apart: FD_GEMM_DENSE). */
 static void FD_FN(winograd_gemms)(const fd_winograd_phase *ph, const fd_winograd_1d *fy, const fd_winograd_1d *fx,
                                   ptrdiff_t count, const FD_REAL *U, size_t point_size, const FD_REAL **a_rows,
                                   FD_REAL **c_rows)
@@ -420,7 +420,7 @@ static void FD_FN(winograd_gemms)(const fd_winograd_phase *ph, const fd_winograd
             const ptrdiff_t point = p * ph->fx->n + q;
             const ptrdiff_t packed = fd_winograd_point(ph->fy, fy, p) * fx->n + fd_winograd_point(ph->fx, fx, q);
             FD_FN(gemm_indirect)((size_t)count, (size_t)ph->cols, 1, (size_t)ph->channels, a_rows + point * count,
-                                 U + (size_t)packed * point_size, NULL, c_rows + point * count, 0);
+                                 U + (size_t)packed * point_size, NULL, c_rows + point * count, FD_GEMM_DENSE);
         }
 }
 

@@ -96,8 +96,11 @@ void fd_dgemm_pack_b(size_t K, size_t N, const double *b, ptrdiff_t stride_k, pt
 void fd_sgemm_pack_b_rows(size_t K, size_t N, const float *const *rows, float *packed);
 void fd_dgemm_pack_b_rows(size_t K, size_t N, const double *const *rows, double *packed);
 
-/* fd_?gemm_indirect's flags (see MATH above). */
-enum { FD_GEMM_ACCUMULATE = 1, FD_GEMM_SKIP_NULL = 2 };
+/* fd_?gemm_indirect's flags (see MATH above). FD_GEMM_DENSE is the caller's promise that the rows are
+ * evenly spaced: a_rows[m] = a_rows[0] + m*Kc (T = 1) and c_rows[m] = c_rows[0] + m*N for every m. The
+ * kernels may then address whole row tiles from their first row (AVX2 and AVX-512, Kc = 32 or 64, no
+ * bias, no accumulation; elsewhere the flag changes nothing). Results are the same bits either way. */
+enum { FD_GEMM_ACCUMULATE = 1, FD_GEMM_SKIP_NULL = 2, FD_GEMM_DENSE = 4 };
 
 /* Indirect GEMM, see the top of this file. packed_b comes from fd_?gemm_pack_b with K = T*Kc. */
 void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,

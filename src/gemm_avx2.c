@@ -41,6 +41,8 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 6
 #define FD_NARROW_NV 2
+#define FD_DENSE_WIDE_MR 6
+#define FD_DENSE_NARROW_MR 6
 #include "gemm_simd.template.c"
 
 /* ---- double: 4 lanes */
@@ -62,6 +64,8 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 6
 #define FD_NARROW_NV 2
+#define FD_DENSE_WIDE_MR 6
+#define FD_DENSE_NARROW_MR 6
 #include "gemm_simd.template.c"
 
 #else /* no x86 SIMD in this build */

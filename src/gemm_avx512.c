@@ -1,4 +1,5 @@
-/* AVX-512 indirect GEMM kernels (float: 12x32 and 8x16 tiles, double: 8x16 and 8x8).
+/* AVX-512 indirect GEMM kernels (float: 12x32 and 8x16 tiles, double: 8x16 and 8x8; with FD_GEMM_DENSE
+ * rows, 12 x two vectors and 24 x one vector).
  * Compiled with baseline flags: only these functions carry the AVX-512 target
  * attribute, and fd_gemm_avx512_available() gates them at run time. */
 #include "gemm_internal.h"
@@ -33,6 +34,8 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 8
 #define FD_NARROW_NV 1
+#define FD_DENSE_WIDE_MR 12
+#define FD_DENSE_NARROW_MR 24
 #include "gemm_simd.template.c"
 
 /* ---- double: 8 lanes */
@@ -54,6 +57,8 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 8
 #define FD_NARROW_NV 1
+#define FD_DENSE_WIDE_MR 12
+#define FD_DENSE_NARROW_MR 24
 #include "gemm_simd.template.c"
 
 #else /* no x86 SIMD in this build */

@@ -123,6 +123,58 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
 DEFINE_CHECK(float, s, 2e-6)
 DEFINE_CHECK(double, d, 1e-14)
 
+/* FD_GEMM_DENSE: A is one exact-size allocation of M rows Kc apart (T = 1), C one of M rows N apart with
+ * sentinels after the last. The dense tiles sum in the same order as the indirect ones, so the result
+ * must equal the same call without the flag bit for bit (the flag is a no-op with a bias or
+ * accumulation), and the double-precision reference within TOL. */
+#define DEFINE_DENSE_CHECK(REAL, P, TOL)                                                                         \
+    static void check_dense_##P(size_t M, size_t N, size_t Kc, int mode) {                                     \
+        REAL *b = xmalloc(Kc * N * sizeof(REAL));                                                              \
+        REAL *packed = xmalloc(fd_##P##gemm_packed_size(Kc, N) * sizeof(REAL));                                 \
+        REAL *a = xmalloc(M * Kc * sizeof(REAL));                                                              \
+        REAL *c = xmalloc((M * N + C_GUARD) * sizeof(REAL)), *plain = xmalloc((M * N + C_GUARD) * sizeof(REAL)); \
+        const REAL **a_rows = xmalloc(M * sizeof(REAL *));                                                     \
+        REAL **c_rows = xmalloc(M * sizeof(REAL *)), **plain_rows = xmalloc(M * sizeof(REAL *));              \
+        REAL *bias = xmalloc(N * sizeof(REAL));                                                                \
+        size_t i, k, m, n;                                                                                     \
+        for (i = 0; i < Kc * N; i++) b[i] = (REAL)rng_uniform();                                               \
+        fd_##P##gemm_pack_b(Kc, N, b, (ptrdiff_t)N, 1, packed);                                                \
+        for (i = 0; i < M * Kc; i++) a[i] = (REAL)rng_uniform();                                               \
+        for (n = 0; n < N; n++) bias[n] = (REAL)rng_uniform();                                                 \
+        for (i = 0; i < M * N + C_GUARD; i++) c[i] = plain[i] = (REAL)(i < M * N ? rng_uniform() : SENTINEL);  \
+        for (m = 0; m < M; m++) {                                                                              \
+            a_rows[m] = a + m * Kc;                                                                            \
+            c_rows[m] = c + m * N;                                                                             \
+            plain_rows[m] = plain + m * N;                                                                     \
+        }                                                                                                      \
+        const int flags = mode == 2 ? FD_GEMM_ACCUMULATE : 0;                                                  \
+        fd_##P##gemm_indirect(M, N, 1, Kc, a_rows, packed, mode == 1 ? bias : NULL, plain_rows, flags);        \
+        fd_##P##gemm_indirect(M, N, 1, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, flags | FD_GEMM_DENSE); \
+        int bad = memcmp(c, plain, (M * N + C_GUARD) * sizeof(REAL)) != 0;                                     \
+        for (i = 0; i < C_GUARD; i++) bad |= c[M * N + i] != SENTINEL;                                         \
+        for (m = 0; m < M && !bad; m++)                                                                        \
+            for (n = 0; n < N && !bad; n++) {                                                                  \
+                double acc = mode == 1 ? (double)bias[n] : 0.0, mag = fabs(acc);                               \
+                for (k = 0; k < Kc; k++) {                                                                     \
+                    acc += (double)a[m * Kc + k] * (double)b[k * N + n];                                       \
+                    mag += fabs((double)a[m * Kc + k] * (double)b[k * N + n]);                                 \
+                }                                                                                              \
+                /* accumulation (mode 2) is checked against the flagless call only */                           \
+                if (mode != 2 && !(fabs((double)c[m * N + n] - acc) <= TOL * (mag + 1e-30))) bad = 1;          \
+            }                                                                                                  \
+        if (bad) {                                                                                             \
+            if (failures < 20)                                                                                 \
+                fprintf(stderr, "FAIL %s " #P " dense M=%zu N=%zu Kc=%zu mode=%d\n",                           \
+                        fd_gemm_isa_name(fd_gemm_get_isa()), M, N, Kc, mode);                                  \
+            failures++;                                                                                        \
+        }                                                                                                      \
+        free(b); free(packed); free(a); free(c); free(plain); free(a_rows); free(c_rows); free(plain_rows);    \
+        free(bias);                                                                                            \
+    }
+
+DEFINE_DENSE_CHECK(float, s, 2e-6)
+DEFINE_DENSE_CHECK(double, d, 1e-14)
+
 static void run_sweep(int quick) {
     static const size_t dims[] = {1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 65};
     static const size_t big_n[] = {48, 96, 100, 128, 255, 512};
@@ -153,6 +205,25 @@ static void run_sweep(int quick) {
             const int skip = rng_below(2) == 0;
             check_s(M, N, T, Kc, mode, transposed, skip);
             check_d(M, N, T, Kc, mode, transposed, skip);
+        }
+        { /* FD_GEMM_DENSE around the dense tiles' sizes: Kc 32 and 64 (and their neighbours, which take the
+             indirect tiles), one or two vectors of columns and partial panels, rows around multiples of
+             the tiles' 6, 12 and 24 */
+            static const size_t dense_k[] = {1, 31, 32, 33, 64, 65}, dense_n[] = {8, 16, 17, 32, 40, 48, 64, 100};
+            static const size_t dense_m[] = {1, 5, 6, 11, 12, 23, 24, 25, 48, 72, 77};
+            const int dense_count = quick ? 40 : 400;
+            for (c = 0; c < dense_count; c++) {
+                const size_t M = dense_m[rng_below(sizeof dense_m / sizeof dense_m[0])];
+                const size_t N = dense_n[rng_below(sizeof dense_n / sizeof dense_n[0])];
+                const size_t Kc = dense_k[rng_below(sizeof dense_k / sizeof dense_k[0])];
+                const int mode = rng_below(4) == 0 ? (int)rng_below(3) : 0;
+                check_dense_s(M, N, Kc, mode);
+                check_dense_d(M, N, Kc, mode);
+            }
+            check_dense_s(72, 16, 32, 0); /* big's Winograd GEMMs */
+            check_dense_d(72, 16, 32, 0);
+            check_dense_s(72, 64, 64, 0); /* stride1's */
+            check_dense_d(72, 32, 64, 0);
         }
         if (!quick) { /* a few large-K and the benchmark-like shapes, scaled down in M */
             check_s(37, 70, 8, 512, 2, 0, 0);
