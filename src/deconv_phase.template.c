@@ -105,9 +105,12 @@ static inline int FD_FN(phase_pixel)(const phase_pixels *p, const FD_REAL *x_gro
     return outside;
 }
 
+/* Rows [row_begin, row_end) of row phase ry (counted across the batch), columns [col_begin, col_end) of
+ * each of the groups [group_begin, group_end), column phases [rx_begin, rx_end). */
 static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, const FD_REAL *FD_RESTRICT x,
                                     const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t ry,
                                     ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
+                                    ptrdiff_t group_begin, ptrdiff_t group_end,
                                     ptrdiff_t rx_begin, ptrdiff_t rx_end, ptrdiff_t chunk_pixels,
                                     const FD_REAL **a_rows, FD_REAL **c_rows)
 {
@@ -121,7 +124,8 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
     const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_Y);
     const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(packed, PHASE_TAPS_X);
     if (ry < 0 || ry >= sH || row_begin < 0 || row_end > geo->batch * Jy || chunk_pixels < 1 || col_begin < 0 ||
-        col_end > Cog || cols < 0 || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
+        col_end > Cog || cols < 0 || col_begin % FD_GEMM_COLUMN_ALIGN != 0 || group_begin < 0 ||
+        group_begin > group_end || group_end > G)
         return FD_ERR_ARGUMENT;
 
     const ptrdiff_t *ky_list = taps_y + ry * (1 + kH) + 1;
@@ -139,7 +143,7 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
     const ptrdiff_t rows_per_chunk = Jx_max >= chunk_pixels ? 1 : chunk_pixels / Jx_max;
     for (ptrdiff_t r0 = row_begin; r0 < row_end; r0 += rows_per_chunk) {
         const ptrdiff_t r1 = r0 + rows_per_chunk < row_end ? r0 + rows_per_chunk : row_end;
-        for (ptrdiff_t g = 0; g < G; g++) {
+        for (ptrdiff_t g = group_begin; g < group_end; g++) {
             const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
             for (ptrdiff_t rx = rx_begin; rx < rx_end && rx < sW && rx < Wo; rx++) {
                 const ptrdiff_t *kx_list = taps_x + rx * (1 + kW) + 1;
@@ -275,7 +279,7 @@ static int FD_FN(phase_run)(const fd_operands *op, const fd_task *t, void *works
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
     return FD_FN(deconv_phase_rows)(op->geo, op->packed, (const FD_REAL *)op->x, (const FD_REAL *)op->bias,
                                     (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
-                                    0, op->geo->stride_w, op->chunk, a_rows, c_rows);
+                                    0, op->geo->groups, 0, op->geo->stride_w, op->chunk, a_rows, c_rows);
 }
 
 #endif

@@ -239,17 +239,27 @@ static void winograd_cut(ptrdiff_t part, ptrdiff_t rows, ptrdiff_t tiles_per_row
                         c0 + per_cols < cols ? c0 + per_cols : cols);
 }
 
-/* Shared tiles: part WINOGRAD_ALL_PHASES, about 4*threads tasks over the shared tile rows (counted
- * across the batch). Otherwise per row phase ry, about 4*threads/sH tasks over its tile rows. */
+/* Shared tiles: part WINOGRAD_ALL_PHASES (every group), about 4*threads tasks over the shared tile rows
+ * (counted across the batch); on several threads, with groups whose output slices are whole cache lines
+ * (C_out/g a multiple of 16), part WINOGRAD_GROUP(g) per group instead, about 4*threads/g tasks each:
+ * grouped (4 groups) at 16 threads had 40 tasks of one tile row of 11 tiles and every group, so
+ * GEMMs of 11 rows; one group per task gives it 2-3 rows. Otherwise per row phase ry, about
+ * 4*threads/sH tasks over its tile rows. */
 #define WINOGRAD_ALL_PHASES (-1)
+#define WINOGRAD_GROUP(g) (-2 - (g))
 static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, cols = geo->out_channels / geo->groups;
-    const ptrdiff_t Cig = geo->in_channels / geo->groups;
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, G = geo->groups, cols = geo->out_channels / G;
+    const ptrdiff_t Cig = geo->in_channels / G;
     ptrdiff_t count = 0;
     winograd_shared_axis ay, ax;
     if (winograd_shared(geo, &ay, &ax)) {
-        winograd_cut(WINOGRAD_ALL_PHASES, geo->batch * ay.tiles, ax.tiles * sH * sW,
-                     threads > 1 ? 4 * (ptrdiff_t)threads : 1, cols, tasks, &count);
+        const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
+        if (G > 1 && threads > 1 && cols % 16 == 0)
+            for (ptrdiff_t g = 0; g < G; g++)
+                winograd_cut(WINOGRAD_GROUP(g), geo->batch * ay.tiles, ax.tiles * sH * sW, fd_ceil_div(want, G), cols,
+                             tasks, &count);
+        else
+            winograd_cut(WINOGRAD_ALL_PHASES, geo->batch * ay.tiles, ax.tiles * sH * sW, want, cols, tasks, &count);
         return count;
     }
     for (ptrdiff_t ry = 0; ry < sH && ry < geo->out_h; ry++) {
@@ -436,7 +446,8 @@ static int FD_FN(winograd_chunk)(const fd_winograd_phase *ph, const fd_winograd_
 }
 
 /* A task of shared tiles (winograd_shared): rows [r0, r1) of shared tiles across the batch, every
- * phase. Per chunk of tiles, one input transform, then per phase its GEMMs and output transform. */
+ * phase, every group (part WINOGRAD_ALL_PHASES) or one (WINOGRAD_GROUP(g)). Per chunk of tiles and
+ * group, one input transform, then per phase its GEMMs and output transform. */
 static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task, void *workspace,
                                       const winograd_shared_axis *ay, const winograd_shared_axis *ax)
 {
@@ -446,8 +457,10 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0, r0 = task->row_begin, r1 = task->row_end;
+    const ptrdiff_t g0 = task->part == WINOGRAD_ALL_PHASES ? 0 : WINOGRAD_GROUP(task->part);
+    const ptrdiff_t g1 = task->part == WINOGRAD_ALL_PHASES ? G : g0 + 1;   /* WINOGRAD_GROUP is its own inverse */
     if (c0 < 0 || c1 > Cog || cols < 0 || c0 % FD_GEMM_COLUMN_ALIGN != 0 || r0 < 0 || r0 > r1 ||
-        r1 > geo->batch * ay->tiles)
+        r1 > geo->batch * ay->tiles || g0 < 0 || g1 > G)
         return FD_ERR_ARGUMENT;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
@@ -469,7 +482,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
             if (++count < ws.chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
             /* every group of the chunk's tiles before the next chunk: the chunk's outputs (all their
                channels) are written while their cache lines are close */
-            for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
+            for (ptrdiff_t g = g0; g < g1 && !nonfinite; g++) {
                 /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
                 const fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig,
                                                  ws.zeros, NULL, 0, 0, 0, 0, 0, 0, NULL, 0};
@@ -504,8 +517,8 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
         const ptrdiff_t Jy = fd_ceil_div(Ho - ry, sH), dy = winograd_phase_origin(kH, sH, geo->pad_top, ry) - ay->origin;
         const int status = FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry,
                                                     winograd_phase_row(r0, ay->tiles, my, dy, Jy),
-                                                    winograd_phase_row(r1, ay->tiles, my, dy, Jy), c0, c1, 0, sW,
-                                                    op->chunk, phase_a, phase_c);
+                                                    winograd_phase_row(r1, ay->tiles, my, dy, Jy), c0, c1, g0, g1, 0,
+                                                    sW, op->chunk, phase_a, phase_c);
         if (status != FD_OK) return status;
     }
     return FD_OK;
@@ -524,7 +537,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
     const ptrdiff_t r0 = task->row_begin, r1 = task->row_end;
     winograd_shared_axis ay, ax;
-    if (ry == WINOGRAD_ALL_PHASES)
+    if (ry <= WINOGRAD_ALL_PHASES)
         return winograd_shared(geo, &ay, &ax) ? FD_FN(winograd_run_shared)(op, task, workspace, &ay, &ax) : FD_ERR_ARGUMENT;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
@@ -558,7 +571,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
             const ptrdiff_t *kx = taps_x + rx * (1 + kW) + 1, Tx = kx[-1];
             if (Ty < 2 || Tx < 2) {   /* no axis with fewer multiplies (k3 s2's odd phases): direct */
                 const int status = g > 0 ? FD_OK :   /* every group at once */
-                    FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, rx, rx + 1, op->chunk,
+                    FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, 0, G, rx, rx + 1, op->chunk,
                                              phase_a, phase_c);
                 if (status != FD_OK) return status;
                 FD_FN(winograd_space_reset)(&ws, Cig, cols);   /* the phase kernel ran in the same memory */
@@ -603,7 +616,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     if (!nonfinite) return FD_OK;
     /* Some output is NaN or infinite (or the layer has a non-finite weight): the whole task again,
        by the phase kernel, whose sums have no cross terms. */
-    return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, 0, sW, op->chunk, phase_a,
+    return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, 0, G, 0, sW, op->chunk, phase_a,
                                     phase_c);
 }
 

@@ -122,6 +122,9 @@ NAMED = [
     ("shared_groups_channel_tails", Case(hw=(24, 26), c_in=66, c_out=34, groups=2, kernel=(4, 4), stride=2,
                                          padding=1)),
     ("shared_F22_packed", Case(hw=(24, 24), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
+    # groups whose output slices are whole cache lines (16 channels): on several threads, one group per task
+    ("shared_groups_per_task", Case(n=2, hw=(24, 25), c_in=16, c_out=32, groups=2, kernel=(4, 4), stride=2,
+                                    padding=1)),
 ]
 SHARED = [name for name, _ in NAMED if name.startswith("shared_")]
 DTYPES = ["float32", "float64", "float16"]
@@ -151,10 +154,11 @@ def _tasks(case, threads):
 @pytest.mark.parametrize("threads", [2, 3, 4, 7, 16])
 @pytest.mark.parametrize("name", ["dcgan2", "dcgan3", "stride1", "grouped", "big"])
 def test_tasks_cut_rows_evenly_and_cover_each_output_once(name, threads):
-    """Per part (a row phase, or -1: shared tiles), the tasks' row ranges tile [0, rows) in order, none
-    empty, their lengths within one row of each other (an even cut: 44 rows in 40 ranges are 1-2 rows
-    each, not 22 ranges of 2), and every row range has the same column blocks, which tile the
-    output channels of a group."""
+    """Per part (a row phase; -1: shared tiles of every group; -2 - g: shared tiles of group g), the
+    tasks' row ranges tile [0, rows) in order, none empty, their lengths within one row of each other (an
+    even cut: 44 rows in 40 ranges are 1-2 rows each, not 22 ranges of 2), and every row range has the
+    same column blocks, which tile the output channels of a group. Shared tiles come either as one
+    part -1 or as one part per group (grouped: 4 groups of 32 channels, on several threads)."""
     from fastdeconv.bench import CASES
 
     case = CASES[name]
@@ -170,6 +174,10 @@ def test_tasks_cut_rows_evenly_and_cover_each_output_once(name, threads):
             blocks = sorted((c0, c1) for _, a, z, c0, c1 in mine if (a, z) == (r0, r1))
             assert blocks[0][0] == 0 and blocks[-1][1] == columns, blocks
             assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:])), blocks
+    shared = {part for part in set(tasks[:, 0]) if part < 0}
+    if shared:
+        per_group = case.groups > 1 and columns % 16 == 0
+        assert shared == ({-2 - g for g in range(case.groups)} if per_group else {-1}), shared
 
 
 @pytest.mark.parametrize("name", [name for name, _ in NAMED])
@@ -183,7 +191,8 @@ def test_shared_tiles_exactly_where_every_phase_is_large(name):
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("name,case", [n for n in NAMED if n[0] in ("many_outputs", "odd_sizes_N3", "k3s1p1",
                                                                       "tile_edges_J13_J14", "k4s2_groups",
-                                                                      "shared_k4s2p2_N2", "shared_k6s3")])
+                                                                      "shared_k4s2p2_N2", "shared_k6s3",
+                                                                      "shared_groups_per_task")])
 def test_threaded_tasks_match_the_reference(name, case, threads):
     """Row ranges of tile rows and output-channel blocks (many_outputs) on several threads."""
     assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
@@ -346,7 +355,8 @@ def _poisoned(case: Case, where: str):
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
 @pytest.mark.parametrize("isa", GEMM_ISAS)
 @pytest.mark.parametrize("where", ["x_inf_interior", "x_inf_corner", "x_nan_edge", "x_inf_minus_inf", "w_inf", "w_nan"])
-@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14", "shared_k4s2p2_N2"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14", "shared_k4s2p2_N2",
+                                  "shared_groups_per_task"])
 def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa, stream):
     """A task whose outputs are not all finite is recomputed by the phase kernel over what the
     Winograd pass wrote (non-temporal stores fenced before it, when on)."""
@@ -360,7 +370,8 @@ def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa, str
     assert_close(got, ref, np.float32, case.k, case=name, where=where, isa=isa)
 
 
-@pytest.mark.parametrize("name", ["shared_k4s2p2_N2", "shared_k6s3", "shared_k4s2p0_output_padding"])
+@pytest.mark.parametrize("name", ["shared_k4s2p2_N2", "shared_k6s3", "shared_k4s2p0_output_padding",
+                                  "shared_groups_per_task"])
 def test_a_task_recomputes_exactly_its_own_rows(name):
     """An Inf in each input row in turn, on many small tasks: the task (or tasks) that wrote NaN for it
     recompute their rows by the phase kernel, and those rows meet the untouched tasks' with no row
