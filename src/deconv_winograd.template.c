@@ -29,13 +29,14 @@
  * transform then serves all sH*sW phases, whose GEMMs and output transforms follow. Measured on big
  * (256x256, 32 -> 16): the input transform went from 23 % of the time to 11 %, 4.9 -> 3.9 ms.
  *
- * Groups: with shared tiles, every group of a chunk's tiles runs before the next chunk, so that a
- * chunk's outputs are written whole (all channels of its pixels) while close in time.
+ * Groups: with shared tiles, every group of a task runs for a chunk's tiles before the next chunk, so
+ * that a chunk's outputs are written whole (all channels of its pixels) while close in time. On several
+ * threads, groups whose output slices are whole cache lines get tasks of their own (winograd_tasks).
  *
  * Work unit: tile rows of one row phase ry, counted across the batch (row q in [0, N*TJy) is image
  * q / TJy, tile row q % TJy, TJy = ceil(Jy/my)), and the output channels [col_begin, col_end)
- * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN); with shared tiles (part WINOGRAD_ALL_PHASES), rows of
- * shared tiles, every phase.
+ * (col_begin a multiple of FD_GEMM_COLUMN_ALIGN); with shared tiles, rows of shared tiles, every phase,
+ * every group (part WINOGRAD_ALL_PHASES) or group g (part WINOGRAD_GROUP(g)).
  * Workspace per thread: a chunk of tiles' V (points*tiles*Cig), M (points*tiles*Cog), the GEMMs' row
  * pointers (2*points*tiles), two tile lists and Cig zeros (the pixels outside the image): about
  * FD_WINOGRAD_CHUNK_BYTES, at most FD_WINOGRAD_MAX_CHUNK_BYTES unless one tile alone is larger; or the
@@ -241,7 +242,7 @@ static void winograd_cut(ptrdiff_t part, ptrdiff_t rows, ptrdiff_t tiles_per_row
 
 /* Shared tiles: part WINOGRAD_ALL_PHASES (every group), about 4*threads tasks over the shared tile rows
  * (counted across the batch); on several threads, with groups whose output slices are whole cache lines
- * (C_out/g a multiple of 16), part WINOGRAD_GROUP(g) per group instead, about 4*threads/g tasks each:
+ * (C_out/g a multiple of 16), part WINOGRAD_GROUP(g) per group g instead, about 4*threads/G tasks each:
  * grouped (4 groups) at 16 threads had 40 tasks of one tile row of 11 tiles and every group, so
  * GEMMs of 11 rows; one group per task gives it 2-3 rows. Otherwise per row phase ry, about
  * 4*threads/sH tasks over its tile rows. */
@@ -480,8 +481,8 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
             tiles[count].jy = q % ay->tiles * my;
             tiles[count].jx = u * mx;
             if (++count < ws.chunk && !(q + 1 == r1 && u + 1 == ax->tiles)) continue;
-            /* every group of the chunk's tiles before the next chunk: the chunk's outputs (all their
-               channels) are written while their cache lines are close */
+            /* every group of the task (all of them, or one) for the chunk's tiles before the next chunk:
+               the chunk's outputs (all those channels) are written while their cache lines are close */
             for (ptrdiff_t g = g0; g < g1 && !nonfinite; g++) {
                 /* the input side of every phase: tiles in shared coordinates, read from (origin + u*m) */
                 const fd_winograd_phase input = {fy, fx, x + g * Cig, H, W, H * W * Cin, Cin, ay->origin, ax->origin, Cig,
