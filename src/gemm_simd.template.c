@@ -142,7 +142,8 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
  * registers; no prefetch (the tile reads every line of its rows itself). With so few k steps per tile
  * (32 or 64) the indirect tile's per-tile work was a large share: measured here (AVX-512, builds
  * alternated in one process), the Winograd layers big (Kc = 32, 16 columns) 27 % faster, grouped (32,
- * 32) 9 %, stride1 (64, 64) 8 % at 1 thread; float64 18, 9 and 31 %; AVX2 big 6 %. 24 rows of one
+ * 32) 9 %, stride1 (64, 64) 8 % at 1 thread; float64 18, 9 and 31 %; AVX2 big 6 %, grouped and
+ * stride1 7 % (their tiles cover a 32-column panel in two steps). 24 rows of one
  * vector beat 16 (4-8 %) and 28 (7-13 %). */
 static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dense_tile)(
     const int MR, const int NV, const int KC, const FD_REAL *a, const FD_REAL *b, size_t b_stride, FD_REAL *c,
@@ -183,21 +184,26 @@ FD_DEFINE_DENSE(dense_narrow_32, FD_DENSE_NARROW_MR, FD_NARROW_NV, 32)
 FD_DEFINE_DENSE(dense_narrow_64, FD_DENSE_NARROW_MR, FD_NARROW_NV, 64)
 #undef FD_DEFINE_DENSE
 
-/* The whole dense tiles of a panel of `width` columns (all of them valid) at column n0 of C, rows from 0:
- * returns the first row left for the indirect tiles (0 when no dense tile fits Kc and the width). */
+/* The whole dense tiles of a panel of `width` columns (all of them valid) at column n0 of C, rows from 0,
+ * each row tile across the panel: returns the first row left for the indirect tiles (0 when no dense
+ * tile fits Kc and the width). */
 static FD_TARGET size_t FD_SIMD_FN(dense_rows)(size_t M, size_t N, size_t Kc, size_t width, const FD_REAL *const *a_rows,
                                                const FD_REAL *panel, FD_REAL *const *c_rows, size_t n0) {
+    const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
     void (*tile)(const FD_REAL *, const FD_REAL *, size_t, FD_REAL *, size_t) = NULL;
-    size_t mr = 0, m0 = 0;
-    if (width == FD_WIDE_NV * FD_LANES) {
+    size_t mr = 0, step = 0, m0 = 0, j;
+    if (width % wide == 0) {
         mr = FD_DENSE_WIDE_MR;
+        step = wide;
         tile = Kc == 32 ? FD_SIMD_FN(dense_wide_32) : Kc == 64 ? FD_SIMD_FN(dense_wide_64) : NULL;
-    } else if (width == FD_NARROW_NV * FD_LANES) {
+    } else if (width % narrow == 0) {
         mr = FD_DENSE_NARROW_MR;
+        step = narrow;
         tile = Kc == 32 ? FD_SIMD_FN(dense_narrow_32) : Kc == 64 ? FD_SIMD_FN(dense_narrow_64) : NULL;
     }
     if (tile != NULL)
-        for (; m0 + mr <= M; m0 += mr) tile(a_rows[m0], panel, width, c_rows[m0] + n0, N);
+        for (; m0 + mr <= M; m0 += mr)
+            for (j = 0; j < width; j += step) tile(a_rows[m0], panel + j, width, c_rows[m0] + n0 + j, N);
     return m0;
 }
 #endif
