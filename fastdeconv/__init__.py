@@ -5,9 +5,7 @@ images; the CPU backend runs C kernels, backend="reference" runs the plain numpy
 oracle in :mod:`fastdeconv.reference`.
 """
 
-# The one place the version is written: pyproject.toml reads it with setuptools' attr:, which parses
-# this file without importing it (so without the compiled extension). Keep it a plain string literal.
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def _import_extension():
@@ -36,10 +34,10 @@ del _import_extension
 
 from . import reference  # noqa: E402 - after the extension check, which gives the clear error
 from ._api import conv2d, conv_transpose2d
-from ._backends import backends
+from ._backends.registry import backends
 from ._config import get_num_threads, set_num_threads, show_config
+from ._layers import Conv2d, ConvTranspose2d
 from ._params import conv2d_output_shape, conv_transpose2d_output_shape
-from ._plan import Conv2d, ConvTranspose2d
 from ._weight_cache import clear_weight_cache, set_weight_cache_size
 
 __all__ = [
@@ -56,4 +54,5 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "reference",
+    "__version__",
 ]

@@ -1,4 +1,7 @@
-"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv``."""
+"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv``.
+
+It parses the arguments and dispatches to the tools: :mod:`fastdeconv.bench` and
+:mod:`fastdeconv.convert`, each imported only for its own command."""
 
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class _DeprecatedAlias(argparse.Action):
 
 
 def _case_names(text):
-    from .bench import CASES
+    from .bench.suites import CASES
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in CASES]
@@ -53,8 +56,8 @@ def _case_names(text):
 
 
 def build_parser(prog="fastdeconv"):
-    from . import __version__
-    from .bench import COLUMNS_HELP
+    from ._version import __version__
+    from .bench.suites import COLUMNS_HELP
 
     parser = _Parser(prog=prog, description="fastdeconv: grouped 2-D transposed convolution (NHWC) for numpy.")
     parser.add_argument("--version", action="version", version=f"fastdeconv {__version__}")
@@ -91,7 +94,7 @@ def build_parser(prog="fastdeconv"):
                             "benchmark process and right after an onnxruntime call (markdown tables; --cases and "
                             "--seconds apply; a few minutes)")
     _add_convert(commands)
-    # listed here; main() hands its arguments to fastdeconv.dask (the dask extra), which parses them
+    # listed here; main() hands its arguments to fastdeconv.bench.dask_demo (the dask extra), which parses them
     commands.add_parser("dask-demo", help="upsample a zarr image with dask, out of core, and report the throughput "
                         "(needs the dask extra; dask-demo --help)")
     return parser
@@ -124,7 +127,7 @@ otherwise a note says why and the per-layer checks decide.
 
 
 def _add_convert(commands):
-    from .convert import DEFAULT_MODEL, EXIT_CODES
+    from .convert.converter import DEFAULT_MODEL, EXIT_CODES
 
     convert = commands.add_parser(
         "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
@@ -157,26 +160,26 @@ def main(argv=None, prog="fastdeconv") -> int:
         show_config()
         return 0
     if args.command == "bench":
-        from .bench import SUITE, SUITES, run_bench
+        from .bench.suites import SUITE, SUITES, run_bench
 
         if args.list:
             for case in SUITE + SUITES["conv"] if args.suite == "all" else SUITES[args.suite]:
                 print(case.describe())
             return 0
         if args.contention:
-            from ._contention import run_contention
+            from .bench.contention import run_contention
 
             return run_contention(cases=args.cases, seconds=args.seconds, ort=not args.no_peers)
         return run_bench(cases=args.cases, json_path=args.json, threads=args.threads, seconds=args.seconds,
                          peers=not args.no_peers, output_format=args.format, suite=args.suite)
-    from .convert import main as convert_main
+    from .convert.converter import main as convert_main
 
     return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model)
 
 
 def _dask_demo(argv, prog) -> int:
     try:
-        from .dask import demo
+        from .bench.dask_demo import demo
     except ImportError as error:   # the message names the extra to install
         print(f"{prog} dask-demo: {error}", file=sys.stderr)
         return 1

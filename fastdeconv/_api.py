@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _backends
-from ._params import resolve_conv2d, resolve_conv_transpose2d
-from ._plan import Conv2d, ConvTranspose2d
-from ._validate import _dask, _is_dask, check_no_overlap, prepare
+from ._backends import registry
+from ._call import check_no_overlap, is_dask, prepare_conv2d, prepare_conv_transpose2d
+from ._layers import Conv2d, ConvTranspose2d
 from ._weight_cache import CACHE
 
 __all__ = ["conv_transpose2d", "conv2d"]
@@ -15,9 +14,10 @@ __all__ = ["conv_transpose2d", "conv2d"]
 
 def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
     """The layer that runs this call with weights packed once per content (fastdeconv._weight_cache),
-    or None for the uncached path. The reference backend is never cached: the oracle shares no
-    machinery with what it checks."""
-    if backend == "reference":
+    or None for the uncached path (a backend whose ``cache_layers`` is False, as the reference's: the
+    oracle shares no machinery with what it checks)."""
+    chosen = registry.REGISTRY.get(backend) if type(backend) is str else None
+    if chosen is not None and not chosen.cache_layers:
         return None
     layer = CACHE.layer(kind, weight, bias, params, algorithm, backend)
     if layer is not None and type(out) is np.ndarray:
@@ -61,10 +61,13 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         groups = C_in is depthwise, with C_out/groups outputs per input channel.
     output_size : (H_out, W_out), optional
         Chooses output_padding; a ValueError names the reachable range.
-    backend : "auto", "cpu", "reference", "mps" or "mps-cnn"
-    algorithm : "phase", "col2im" or "depthwise", optional
-        Forces a CPU algorithm (implies backend "cpu" under "auto"); a ValueError says why when it
-        cannot run the layer. By default the layer's shape chooses.
+    backend : str
+        "auto" (the default) or one of :func:`fastdeconv.backends`' names ("cpu", "reference", "mps",
+        "mps-cnn").
+    algorithm : str, optional
+        Forces a CPU algorithm, one of the names :func:`fastdeconv.show_config` lists (it implies
+        backend "cpu" under "auto"); a ValueError says why when it cannot run the layer. By default
+        the layer's shape chooses.
     out : ndarray, optional
         C-contiguous, of exactly the result's shape and dtype; filled and returned.
 
@@ -93,16 +96,18 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     The weights are packed once per distinct content (numpy arrays) and kept for later calls, up to
     :func:`fastdeconv.set_weight_cache_size` bytes; an array modified in place is packed again.
     """
-    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
-        return _dask().conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups,
+    if is_dask(x):   # a lazy dask array, computed block by block
+        from . import dask
+
+        return dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups,
                                         output_size=output_size, backend=backend, algorithm=algorithm, out=out)
     layer = _cached_layer(ConvTranspose2d, weight, bias, (stride, padding, output_padding, dilation, groups),
                           algorithm, backend, out)
     if layer is not None:
         return _run_cached(layer, x, output_size=output_size, out=out)
-    call = prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
-        xs, ws, stride, padding, output_padding, dilation, groups, output_size))
-    return _backends.run(call, _backends.get(backend), algorithm)
+    call = prepare_conv_transpose2d(x, weight, bias, out, stride, padding, output_padding, dilation, groups,
+                                    output_size)
+    return registry.run(call, registry.get(backend), algorithm)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", algorithm=None,
@@ -118,15 +123,16 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     with x taken as zero outside the image, and
     ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``.
     padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is None (chosen per
-    layer), "im2col" or "depthwise" (groups == C_in only). Other arguments, and the packed-weight
-    cache, as :func:`conv_transpose2d`.
+    layer) or one of the convolution names :func:`fastdeconv.show_config` lists. Other arguments,
+    and the packed-weight cache, as :func:`conv_transpose2d`.
     """
-    if _is_dask(x):   # a dask array: a lazy dask array, computed block by block (fastdeconv.dask)
-        return _dask().conv2d(x, weight, bias, stride, padding, dilation, groups, backend=backend,
+    if is_dask(x):   # a lazy dask array, computed block by block
+        from . import dask
+
+        return dask.conv2d(x, weight, bias, stride, padding, dilation, groups, backend=backend,
                               algorithm=algorithm, out=out)
     layer = _cached_layer(Conv2d, weight, bias, (stride, padding, dilation, groups), algorithm, backend, out)
     if layer is not None:
         return _run_cached(layer, x, out=out)
-    call = prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
-        xs, ws, stride, padding, dilation, groups))
-    return _backends.run(call, _backends.get(backend), algorithm)
+    call = prepare_conv2d(x, weight, bias, out, stride, padding, dilation, groups)
+    return registry.run(call, registry.get(backend), algorithm)

@@ -9,6 +9,8 @@ import sysconfig
 import numpy as np
 
 from . import _cpu
+from ._params import is_int
+from ._version import __version__
 
 
 # The most threads a call uses: 256, or the CPU count where larger (a fixed bound, so that a
@@ -24,9 +26,9 @@ def set_num_threads(n: int) -> None:
     within about 0.1 s (its ``out=`` is then partly written). Forked children (``os.fork``, every
     multiprocessing start method) use threads too: the package's thread pool starts fresh helpers there.
     """
-    if not isinstance(n, int) or isinstance(n, bool):
+    if not is_int(n):
         raise TypeError(f"n must be an int, got {n!r}")
-    _cpu.set_num_threads(n)
+    _cpu.set_num_threads(int(n))
 
 
 def get_num_threads() -> int:
@@ -49,7 +51,7 @@ def config() -> dict:
     """show_config()'s facts as a dict."""
     info = _cpu.build_info()
     return {
-        "fastdeconv": _version(),
+        "fastdeconv": __version__,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),
@@ -60,6 +62,8 @@ def config() -> dict:
         "max_threads": MAX_THREADS,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "simd_paths": info["gemm_isa_supported"],
+        "algorithms": (f"conv_transpose2d: {', '.join(_cpu.algorithms(True))}; "
+                       f"conv2d: {', '.join(_cpu.algorithms(False))}"),
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
         "winograd_stores": _winograd_stores(info),
         "workspace_bound": (
@@ -72,7 +76,8 @@ def config() -> dict:
 
 
 def show_config() -> None:
-    """Print build and run-time facts: compiler, thread pool, SIMD paths, GEMM, threads, workspace bound."""
+    """Print build and run-time facts: compiler, thread pool, SIMD paths, the CPU algorithms (the names
+    ``algorithm=`` takes), GEMM, threads, workspace bound."""
     for key, value in config().items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in value.items())
@@ -80,8 +85,3 @@ def show_config() -> None:
             value = "yes" if value else "no"
         print(f"{key:>18}: {value}")
 
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

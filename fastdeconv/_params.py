@@ -36,7 +36,8 @@ MAX_INDEX = 2**63
 MAX_ELEMENTS = 2**48
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An integer (Python's or numpy's), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -47,14 +48,14 @@ def _check_at_most(values, name: str, original) -> None:
 
 def _int_pair(value, name: str, minimum: int) -> tuple[int, int]:
     """An int or a pair of ints, each >= minimum, as (h, w)."""
-    if _is_int(value):
+    if is_int(value):
         pair = (int(value), int(value))
     else:
         try:
             items = tuple(value)
         except TypeError:
             raise TypeError(f"{name} must be an int or a pair of ints (h, w), got {value!r}") from None
-        if len(items) != 2 or not all(_is_int(v) for v in items):
+        if len(items) != 2 or not all(is_int(v) for v in items):
             raise TypeError(f"{name} must be an int or a pair of ints (h, w), got {value!r}")
         pair = (int(items[0]), int(items[1]))
     if min(pair) < minimum:
@@ -69,7 +70,7 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
         "padding must be an int, (ph, pw), ((top, bottom), (left, right)), 'same' or 'valid', "
         f"got {padding!r}"
     )
-    if _is_int(padding):
+    if is_int(padding):
         pads = ((int(padding),) * 2, (int(padding),) * 2)
     elif isinstance(padding, (dict, set, frozenset)):   # unordered: tuple() would take keys in any order
         raise TypeError(message)
@@ -80,14 +81,14 @@ def _explicit_padding(padding) -> tuple[tuple[int, int], tuple[int, int]]:
             raise TypeError(message) from None
         if len(items) != 2:
             raise TypeError(message)
-        if all(_is_int(v) for v in items):
+        if all(is_int(v) for v in items):
             pads = ((int(items[0]),) * 2, (int(items[1]),) * 2)
         else:
             try:
                 pads = tuple(tuple(axis) for axis in items)
             except TypeError:
                 raise TypeError(message) from None
-            if not all(len(axis) == 2 and all(_is_int(v) for v in axis) for axis in pads):
+            if not all(len(axis) == 2 and all(is_int(v) for v in axis) for axis in pads):
                 raise TypeError(message)
             pads = tuple((int(a), int(b)) for a, b in pads)
     if min(pads[0] + pads[1]) < 0:
@@ -265,7 +266,7 @@ def _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation):
 
 def check_groups(groups) -> None:
     """groups must be an int >= 1 (TypeError / ValueError otherwise)."""
-    if not _is_int(groups):
+    if not is_int(groups):
         raise TypeError(f"groups must be an int, got {groups!r}")
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got groups={groups}")

@@ -14,8 +14,8 @@ key made of
   they are plain ints, strings, None or (nested) tuples of ints: anything else (numpy integers,
   lists, ...) takes the uncached path, which validates and packs as every call once did.
 
-Hashing reads the weights once at memory speed (about 0.1 ms for 8 MiB on one core), where packing
-them reads and rewrites them (about 0.9 ms), and a layer call then skips validation too.
+Hashing reads the weights once at memory speed, where packing them reads and rewrites them, and a
+layer call then skips validation too.
 
 Memory: the cache holds at most :data:`MAX_ENTRIES` layers, and evicts the least recently used ones
 while the bytes they hold (their weight copies and packed weights, :meth:`nbytes`) exceed the budget
@@ -29,13 +29,11 @@ between its fingerprint and its packing is packed as changed but filed under the
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
-
 import numpy as np
 
 from . import _cpu
+from ._cache import BoundedCache
+from ._params import is_int
 
 DEFAULT_BYTES = 256 << 20
 MAX_ENTRIES = 64
@@ -64,8 +62,7 @@ class LayerCache:
 
     def __init__(self, max_bytes: int = DEFAULT_BYTES):
         self.max_bytes = max_bytes
-        self._entries: OrderedDict = OrderedDict()   # key -> layer, or None: it could not be built
-        self._lock = threading.Lock()
+        self._entries = BoundedCache(MAX_ENTRIES)   # key -> layer, or None: it could not be built
         # a layer inserted since the last trim, whose first call may pack (backend="auto" packs lazily)
         self.untrimmed = False
 
@@ -90,12 +87,9 @@ class LayerCache:
             if bias_key is None:
                 return None
         key = (kind, weight_key, weight.shape, weight.strides, weight.dtype, bias_key, params, algorithm, backend)
-        entries = self._entries
-        with self._lock:
-            layer = entries.get(key, _MISSING)
-            if layer is not _MISSING:
-                entries.move_to_end(key)
-                return layer
+        layer = self._entries.get(key, _MISSING)
+        if layer is not _MISSING:
+            return layer
         try:
             layer = kind(weight, bias, *params, algorithm=algorithm, backend=backend)
         except Exception:
@@ -104,43 +98,30 @@ class LayerCache:
         return layer
 
     def _insert(self, key, layer) -> None:
-        with self._lock:
-            self._entries[key] = layer
-            self.untrimmed = True
+        self._entries.put(key, layer)
+        self.untrimmed = True
 
     def trim(self) -> None:
         """Evict the least recently used layers until the rest fit the budget. Called after the
         first call of a new layer: layers pack lazily (one packed copy per result dtype), so sizes
         are read then."""
-        with self._lock:
-            self.untrimmed = False
-            sizes = {k: (0 if v is None else v.nbytes()) for k, v in self._entries.items()}
-            total = sum(sizes.values())
-            while self._entries and (total > self.max_bytes or len(self._entries) > MAX_ENTRIES):
-                oldest, _ = self._entries.popitem(last=False)
-                total -= sizes[oldest]
+        self.untrimmed = False
+        total = sum(0 if layer is None else layer.nbytes() for layer in self._entries.values())
+        while total > self.max_bytes:
+            oldest = self._entries.pop_oldest()
+            if oldest is None:
+                break
+            total -= 0 if oldest[1] is None else oldest[1].nbytes()
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
     def nbytes(self) -> int:
         """Bytes held by the cached layers now."""
-        with self._lock:
-            layers = [layer for layer in self._entries.values() if layer is not None]
-        return sum(layer.nbytes() for layer in layers)
+        return sum(layer.nbytes() for layer in self._entries.values() if layer is not None)
 
 
 CACHE = LayerCache()
-
-
-def _after_fork_in_child():
-    # a lock that another thread of the parent held at fork() stays held in the child: start afresh
-    CACHE._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_weight_cache_size(max_bytes: int) -> int:
@@ -149,9 +130,9 @@ def set_weight_cache_size(max_bytes: int) -> int:
     size. Shrinking evicts at the next insertion; :func:`clear_weight_cache` empties it now.
     The cache is keyed by the weights' contents, so it never returns a stale result (see
     :mod:`fastdeconv._weight_cache`)."""
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+    if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-    previous, CACHE.max_bytes = CACHE.max_bytes, max_bytes
+    previous, CACHE.max_bytes = CACHE.max_bytes, int(max_bytes)
     return previous
 
 

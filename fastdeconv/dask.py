@@ -84,18 +84,17 @@ except ImportError as error:
         "fastdeconv got a dask array, and its Dask support needs dask: install the extra with "
         f"`pip install \"fastdeconv[dask]\"` (dask[array], distributed, zarr). ({error})") from error
 
-from . import _backends, _cpu_backend
-from ._api import conv_transpose2d as _in_memory_conv_transpose2d
-from ._params import ConvGeometry, forward_output_size, kernel_extent, resolve_conv2d, resolve_conv_transpose2d
-from ._protocol import no_algorithms
-from ._validate import prepare
+from . import _config
+from ._backends import registry
+from ._cache import BoundedCache
+from ._call import prepare_conv2d, prepare_conv_transpose2d
+from ._params import ConvGeometry, forward_output_size, is_int, kernel_extent
 
 __all__ = ["conv_transpose2d", "conv2d", "apply_layer", "configure_workers", "BlockKernel"]
 
 # Layers (weights, bias, parameters) whose packed weights a process keeps, most recently used last.
 _KERNEL_CACHE_SIZE = 8
-_kernels: collections.OrderedDict = collections.OrderedDict()
-_kernels_lock = threading.Lock()
+_kernels = BoundedCache(_KERNEL_CACHE_SIZE)   # token -> BlockKernel
 #: How many times this process packed a layer's weights for a dask block (what the tests count).
 packings = 0
 
@@ -114,8 +113,8 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     not accepted (store the result with ``to_zarr`` or ``dask.array.store``).
     """
     x = _dask_input(x, out)
-    call = _prepare(x, weight, bias, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
-        xs, ws, stride, padding, output_padding, dilation, groups, output_size))
+    call = prepare_conv_transpose2d(_stand_in(x), weight, bias, None, stride, padding, output_padding, dilation,
+                                    groups, output_size)
     return _apply(x, call, backend, algorithm)
 
 
@@ -126,8 +125,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     As :func:`conv_transpose2d`; the result's chunks are x's divided by the stride (rounded up).
     """
     x = _dask_input(x, out)
-    call = _prepare(x, weight, bias, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
-        xs, ws, stride, padding, dilation, groups))
+    call = prepare_conv2d(_stand_in(x), weight, bias, None, stride, padding, dilation, groups)
     return _apply(x, call, backend, algorithm)
 
 
@@ -138,12 +136,11 @@ def apply_layer(layer, x, *, output_size=None, out=None):
     The same as the function with the layer's weights, bias, parameters, algorithm and backend; the
     workers pack the weights themselves (once per process), the layer's own packed weights stay here.
     """
-    from ._plan import Conv2d, ConvTranspose2d
-
-    if isinstance(layer, ConvTranspose2d):
+    transposed = getattr(layer, "_transposed", None)
+    if transposed is True:
         return conv_transpose2d(x, layer.weight, layer.bias, **layer._kwargs, output_size=output_size,
                                 backend=layer.backend, algorithm=layer.algorithm, out=out)
-    if isinstance(layer, Conv2d):   # (output_size is not one of its arguments: always None here)
+    if transposed is False:   # a Conv2d (output_size is not one of its arguments: always None here)
         return conv2d(x, layer.weight, layer.bias, **layer._kwargs, backend=layer.backend,
                       algorithm=layer.algorithm, out=out)
     raise TypeError(f"layer must be a fastdeconv.ConvTranspose2d or Conv2d, got {type(layer).__name__}")
@@ -168,24 +165,18 @@ def _dask_input(x, out):
     return x
 
 
-def _prepare(x, weight, bias, *, transposed, resolve):
-    """The in-memory call's validation (fastdeconv._validate.prepare), on a zero-stride stand-in of
-    x's shape and dtype: the same checks and error messages, no memory."""
-    stand_in = np.broadcast_to(np.empty((), dtype=np.dtype(x.dtype)), x.shape)
-    return prepare(stand_in, weight, bias, None, transposed=transposed, resolve=resolve)
+def _stand_in(x):
+    """A zero-stride numpy stand-in of x's shape and dtype: the in-memory call's validation runs on it
+    (the same checks and error messages), with no memory."""
+    return np.broadcast_to(np.empty((), dtype=np.dtype(x.dtype)), x.shape)
 
 
 def _apply(x, call, backend, algorithm):
     """The lazy result of a validated call (x: the caller's dask array)."""
-    chosen = _backends.get(backend)
-    if chosen is _backends.AutoBackend:   # decided once for the whole layer, as the in-memory call does
-        chosen = chosen.choose(call, algorithm)
-    _backends.require(chosen)
-    if chosen is _cpu_backend.CPU:
-        # chosen here from the whole layer, so that every block runs the in-memory call's algorithm
-        algorithm = _cpu_backend.resolve_algorithm(algorithm, call.geometry)
-    elif chosen.name == "reference":
-        no_algorithms(chosen.name, algorithm)
+    # decided once for the whole layer, as the in-memory call does: every block runs its backend and
+    # algorithm
+    chosen = registry.choose(call, registry.get(backend), algorithm)
+    algorithm = chosen.resolve_algorithm(algorithm, call.geometry)
     g = call.geometry
     kernel = _kernel(call.weight, call.bias, call.dtype, g.transposed, chosen.name, algorithm,
                      (g.in_channels, g.out_channels, g.kernel_hw, g.stride, g.dilation, g.groups))
@@ -239,7 +230,7 @@ class BlockKernel:
             with self._lock:
                 layer = self._layers.get(key)
                 if layer is None:
-                    layer = _backends.get(self.backend).layer(self.weight, self.bias, self.dtype, geometry,
+                    layer = registry.get(self.backend).layer(self.weight, self.bias, self.dtype, geometry,
                                                               self.algorithm)
                     self._layers[key] = layer
                     packings += 1
@@ -250,16 +241,8 @@ def _kernel(weight, bias, dtype, transposed, backend, algorithm, layer_shape, to
     """The process's BlockKernel for these weights and parameters (made, or found in its cache)."""
     if token is None:
         token = tokenize(weight, bias, np.dtype(dtype).str, transposed, backend, algorithm, layer_shape)
-    with _kernels_lock:
-        kernel = _kernels.get(token)
-        if kernel is not None:
-            _kernels.move_to_end(token)
-            return kernel
-        kernel = _kernels[token] = BlockKernel(weight, bias, dtype, transposed, backend, algorithm, layer_shape,
-                                               token)
-        while len(_kernels) > _KERNEL_CACHE_SIZE:
-            _kernels.popitem(last=False)
-        return kernel
+    return _kernels.get_or_make(token, lambda: BlockKernel(weight, bias, dtype, transposed, backend, algorithm,
+                                                           layer_shape, token))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -584,7 +567,7 @@ def configure_workers(client, threads=None) -> dict:
     """
     from distributed.diagnostics.plugin import WorkerPlugin
 
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+    if threads is not None and (not is_int(threads) or threads < 1):
         raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
     hosts = client.run(_host)
     cores = client.run(_cores)
@@ -601,154 +584,11 @@ def configure_workers(client, threads=None) -> dict:
             self.per_host, self.threads = per_host, threads
 
         def setup(self, worker):
-            import fastdeconv
+            from fastdeconv._config import set_num_threads
             from fastdeconv.dask import _cores, _host
 
             n = self.threads or self.per_host.get(_host()) or max(1, _cores() // max(1, worker.state.nthreads))
-            fastdeconv.set_num_threads(n)
+            set_num_threads(n)
 
     client.register_plugin(FastdeconvThreads(per_host, threads), name="fastdeconv-threads")
-    from . import get_num_threads
-
-    return client.run(get_num_threads)
-
-
-# ----------------------------------------------------------------------------------------------
-# python -m fastdeconv dask-demo
-
-
-def bilinear_upsampling_weight(channels: int, dtype=np.float32) -> np.ndarray:
-    """The depthwise 2× bilinear upsampling kernel (C, 4, 4, 1), for stride=2, padding=1, groups=C:
-    the outer product of (1, 3, 3, 1) / 4 (FCN's initialisation of its upsampling layers)."""
-    taps = np.array([0.25, 0.75, 0.75, 0.25])
-    weight = np.zeros((channels, 4, 4, 1))
-    weight[..., 0] = np.outer(taps, taps)
-    return weight.astype(dtype)
-
-
-def _demo_parser(prog):
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Upsample a synthetic image 2× (bilinear, a depthwise conv_transpose2d k4 s2 p1) "
-        "from zarr to zarr with dask, with a progress bar, and report the throughput. The input is made first "
-        "(random values, written to DIR/input.zarr); the output is DIR/output.zarr. Both are removed at the end "
-        "unless --keep.",
-        epilog="Larger than memory: the output of `--size 24000 24000 --channels 3` is 25.7 GiB (the input 6.4 "
-        "GiB), more than a 16 or 24 GiB machine holds; about 33 GiB of disk. Process workers with memory limits: "
-        "add `--workers 2 --memory-limit 2GiB`.")
-    parser.add_argument("--size", type=int, nargs=2, default=(2048, 2048), metavar=("H", "W"),
-                        help="input height and width (default 2048 2048; the output is twice each)")
-    parser.add_argument("--channels", type=int, default=3, help="channels (default 3)")
-    parser.add_argument("--chunk", type=int, default=512, help="input chunk side (default 512; output: twice)")
-    parser.add_argument("--dtype", choices=("float32", "float16", "float64"), default="float32")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="process workers of a dask.distributed LocalCluster (default 0: dask's threaded "
-                             "scheduler in this process)")
-    parser.add_argument("--threads-per-worker", type=int, default=None,
-                        help="dask threads per worker (default: cores // workers)")
-    parser.add_argument("--memory-limit", default="auto", help="per worker, e.g. 2GiB (default: distributed's)")
-    parser.add_argument("--dir", default=None, help="where the zarr arrays go (default: a temporary directory)")
-    parser.add_argument("--keep", action="store_true", help="keep input.zarr and output.zarr")
-    return parser
-
-
-def demo(argv=None, prog="fastdeconv dask-demo") -> int:
-    """``python -m fastdeconv dask-demo``: see ``--help``."""
-    import shutil
-    import tempfile
-    import time
-
-    args = _demo_parser(prog).parse_args(argv)
-    height, width = args.size
-    if min(height, width, args.channels, args.chunk) < 1 or args.workers < 0:
-        raise SystemExit(f"{prog}: error: sizes, --channels and --chunk must be >= 1 and --workers >= 0")
-    folder = args.dir or tempfile.mkdtemp(prefix="fastdeconv-dask-demo-")
-    os.makedirs(folder, exist_ok=True)
-    source, target = os.path.join(folder, "input.zarr"), os.path.join(folder, "output.zarr")
-    dtype = np.dtype(args.dtype)
-    client = cluster = None
-    try:
-        if args.workers:
-            from distributed import Client, LocalCluster, progress
-
-            threads = args.threads_per_worker or max(1, _cores() // args.workers)
-            cluster = LocalCluster(n_workers=args.workers, threads_per_worker=threads, processes=True,
-                                   memory_limit=args.memory_limit, dashboard_address=None)
-            client = Client(cluster)
-            per_worker = configure_workers(client)
-            print(f"LocalCluster: {args.workers} process workers x {threads} threads, memory limit "
-                  f"{args.memory_limit}; fastdeconv threads per worker: {sorted(set(per_worker.values()))}")
-        else:
-            from dask.diagnostics import ProgressBar
-
-            threads = _cores()
-            print(f"dask's threaded scheduler: {threads} threads, 1 fastdeconv thread per block")
-        chunks = (1, args.chunk, args.chunk, args.channels)
-        x = da.random.default_rng(0).random((1, height, width, args.channels), chunks=chunks, dtype=np.float32)
-        started = time.perf_counter()
-        _store(x.astype(dtype), source, client, threads, progress if client else ProgressBar, "input")
-        print(f"input:  {source} {x.shape} {dtype}, {x.nbytes * dtype.itemsize / 4 / 2**30:.2f} GiB, written in "
-              f"{time.perf_counter() - started:.1f} s")
-
-        weight = bilinear_upsampling_weight(args.channels, dtype)
-        y = conv_transpose2d(da.from_zarr(source), weight, stride=2, padding=1, groups=args.channels)
-        print(f"output: {target} {y.shape} {y.dtype}, {y.nbytes / 2**30:.2f} GiB in {math.prod(y.numblocks)} blocks "
-              f"of {tuple(max(c) for c in y.chunks)}")
-        started = time.perf_counter()
-        _store(y, target, client, threads, progress if client else ProgressBar, "output")
-        seconds = time.perf_counter() - started
-        pixels = y.shape[1] * y.shape[2]
-        print(f"upsampled in {seconds:.1f} s: {y.nbytes / seconds / 1e6:.0f} MB/s written, "
-              f"{pixels / seconds / 1e6:.1f} Mpixel/s")
-        peak = peak_memory() if client is None else max(client.run(peak_memory).values())
-        print(f"peak memory of {'this process' if client is None else 'a worker'}: {peak / 2**20:.0f} MiB "
-              f"(the output is {y.nbytes / 2**20:.0f} MiB)")
-
-        # one tile against the in-memory call (output rows/columns away from the tile's cut edges)
-        import zarr
-
-        tile = min(64, height, width)
-        window = zarr.open_array(source)[:, :tile, :tile]
-        expected = _in_memory_conv_transpose2d(window, weight, stride=2, padding=1, groups=args.channels)
-        rows, cols = (2 * tile if tile == height else 2 * tile - 2), (2 * tile if tile == width else 2 * tile - 2)
-        got = zarr.open_array(target)[:, :rows, :cols]
-        error = float(np.max(np.abs(got.astype(np.float64) - expected[:, :rows, :cols])))
-        print(f"checked: the top-left {rows}x{cols} output pixels against the in-memory call, max |difference| "
-              f"{error:.3g}")
-        return 0 if error <= 10 * np.finfo(dtype).eps else 1   # values in [0, 1): a few ulps at most
-    finally:
-        if client is not None:
-            client.close()
-            cluster.close()
-        if not args.keep:
-            shutil.rmtree(source, ignore_errors=True)
-            shutil.rmtree(target, ignore_errors=True)
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-
-
-def _store(array, path, client, threads, progress_bar, label):
-    """The array into a new zarr array at path, chunk for chunk (uncompressed: random values do not
-    compress), with a progress bar. zarr's own create_array, then dask.array.store: the same on every
-    dask version (to_zarr's keywords for zarr 3 changed)."""
-    import zarr
-
-    target = zarr.create_array(path, shape=array.shape, chunks=tuple(max(c) for c in array.chunks),
-                               dtype=array.dtype, compressors=None, overwrite=True)
-    store = da.store(array, target, lock=False, compute=False)
-    if client is None:
-        from . import get_num_threads, set_num_threads
-
-        previous = get_num_threads()
-        set_num_threads(1)   # dask runs `threads` blocks at a time: 1 fastdeconv thread each
-        try:
-            with progress_bar():
-                dask.compute(store, scheduler="threads", num_workers=threads)
-        finally:
-            set_num_threads(previous)
-    else:
-        future = client.compute(store)
-        progress_bar(future)
-        future.result()
-        print()
+    return client.run(_config.get_num_threads)

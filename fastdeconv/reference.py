@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._params import ConvGeometry, resolve_conv2d, resolve_conv_transpose2d
-from ._validate import finish, prepare
+from ._call import finish, prepare_conv2d, prepare_conv_transpose2d
+from ._params import ConvGeometry
 
 __all__ = ["conv_transpose2d", "conv2d", "conv_transpose2d_geometry", "conv2d_geometry"]
 
@@ -77,15 +77,14 @@ def conv2d_geometry(x: np.ndarray, w: np.ndarray, bias, geometry: ConvGeometry) 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
                      output_size=None, out=None):
     """Reference transposed convolution; same contract as :func:`fastdeconv.conv_transpose2d`."""
-    call = prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
-        xs, ws, stride, padding, output_padding, dilation, groups, output_size))
+    call = prepare_conv_transpose2d(x, weight, bias, out, stride, padding, output_padding, dilation, groups,
+                                    output_size)
     y = conv_transpose2d_geometry(call.x, call.weight, call.bias, call.geometry)
     return finish(call, y)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
     """Reference convolution; same contract as :func:`fastdeconv.conv2d`."""
-    call = prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
-        xs, ws, stride, padding, dilation, groups))
+    call = prepare_conv2d(x, weight, bias, out, stride, padding, dilation, groups)
     y = conv2d_geometry(call.x, call.weight, call.bias, call.geometry)
     return finish(call, y)

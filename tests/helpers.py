@@ -16,9 +16,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import fastdeconv
-from fastdeconv import _cpu, _cpu_backend
+from fastdeconv import _cpu
+from fastdeconv._backends import cpu as _cpu_backend
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def script_env(**extra) -> dict:
+    """The environment for a test file run as a script in a subprocess: these helpers importable."""
+    path = os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def examples(n: int) -> int:

@@ -10,15 +10,15 @@ operation the descriptor drives, so comparing their result with backend="cpu" ch
   with respect to input image": the adjoint of the forward convolution of an ``outputShape`` input
   with the same descriptor, evaluated by transposing the forward convolution's gather
   (a scatter-add through the very same index arrays, :func:`graph_convolution_transpose2d`).
-* MPSCNNConvolutionTranspose / MPSCNNConvolution: :func:`fastdeconv.mpscnn_model.convolution_transpose`
-  / :func:`fastdeconv.mpscnn_model.convolution` (models of Apple's documented zero insertion and
+* MPSCNNConvolutionTranspose / MPSCNNConvolution: :func:`fastdeconv.metal.mpscnn_model.convolution_transpose`
+  / :func:`fastdeconv.metal.mpscnn_model.convolution` (models of Apple's documented zero insertion and
   un-rotated, centred correlation), fed with parameters rebuilt from the descriptor's fields only.
 * The direct kernel of ``conv_transpose.metal``: :class:`MslTranscription`, the MSL index arithmetic
   line by line, vectorised over the thread index ``gid``.
 
 The module also exposes the engine interface of :mod:`fastdeconv.metal.pyobjc_layer`
 (``resident``, ``GraphRunner``, ``CnnRunner``), so the backend can run end to end on numpy
-(:func:`fastdeconv.metal.backend.simulated`).
+(:func:`fastdeconv.metal.engine.simulated`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def run_graph(descriptor: GraphDescriptor, source: np.ndarray, weights: np.ndarr
 
 def model_params(stage: CnnKernelDescriptor):
     """The stage's settings as fastdeconv.weights' parameter dataclass, built from the descriptor's
-    fields only (exactly what the PyObjC layer sends), for :mod:`fastdeconv.mpscnn_model`."""
+    fields only (exactly what the PyObjC layer sends), for :mod:`fastdeconv.metal.mpscnn_model`."""
     from .. import weights as weights_module  # noqa: PLC0415
 
     d = stage.convolution
@@ -182,8 +182,8 @@ def model_params(stage: CnnKernelDescriptor):
 
 
 def _run_cnn_kernel(stage: CnnKernelDescriptor, x: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
-    """writeBytes into the source images' format, the kernel (fastdeconv.mpscnn_model), readBytes."""
-    from .. import mpscnn_model  # noqa: PLC0415
+    """writeBytes into the source images' format, the kernel (fastdeconv.metal.mpscnn_model), readBytes."""
+    from . import mpscnn_model  # noqa: PLC0415
 
     image_dtype = DTYPE_OF_IMAGE_FORMAT[stage.source.channel_format]
     if x.shape != (stage.batch, stage.source.height, stage.source.width, stage.source.feature_channels):

@@ -6,7 +6,7 @@ as-is and does not perform any rotation" over a zero-inserted image (Apple, MPSC
 mpscnnconvolutiontranspose). :func:`to_mpscnn_transpose` rotates and re-lays the weights and
 :func:`mpscnn_transpose_params` gives the offsets and destination size that make it compute exactly
 ``conv_transpose2d``; :func:`mpscnn_conv_params` does the same for MPSCNNConvolution and ``conv2d``
-(the converter's Conv layers). :mod:`fastdeconv.mpscnn_model` is a numpy model of the documented kernels
+(the converter's Conv layers). :mod:`fastdeconv.metal.mpscnn_model` is a numpy model of the documented kernels
 that checks all of them; the Metal backend relies on them.
 """
 
@@ -129,7 +129,7 @@ def _resolve_with_channels(transposed, input_hw, kernel_hw, groups, in_channels,
     in_channels = groups if in_channels is None else in_channels
     out_channels = groups if out_channels is None else out_channels
     for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
-        if not _params._is_int(value) or value < 1 or value % groups:
+        if not _params.is_int(value) or value < 1 or value % groups:
             raise ValueError(f"{name} must be a positive int divisible by groups={groups}, got {name}={value!r}")
     input_hw = _params._int_pair(input_hw, "input_hw", 1)
     kernel_hw = _params._int_pair(kernel_hw, "kernel_hw", 1)

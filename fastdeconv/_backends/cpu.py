@@ -1,0 +1,156 @@
+"""backend="cpu": chooses an algorithm per layer and runs the C kernels.
+
+The algorithms are the rows of the C table in src/algorithms/algorithms.c (one template file each,
+see src/algorithms/algorithm.h); the compiled shim ``_cpu`` lists them, says whether one can run a
+layer, packs the weights (:class:`_cpu.PackedWeights`, once per layer) and binds packed weights to
+one input shape (:class:`_cpu.Runner`), which runs the kernel on threads. :func:`choose_algorithm` is
+the one place that decides which algorithm a layer uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _cpu
+from .._cache import BoundedCache
+from .._params import ConvGeometry
+from .protocol import BackendStatus
+
+# In table order; the kernels are src/algorithms/<transposed ? "deconv" : "conv">_<name>.template.c (a
+# name is unique within its kind: both kinds have a "depthwise").
+DECONV_ALGORITHMS = tuple(_cpu.algorithms(True))
+CONV_ALGORITHMS = tuple(_cpu.algorithms(False))
+
+# Results of this dtype are computed in this one (float16: accumulated in float32, rounded once).
+_COMPUTE_DTYPE = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.float32): np.dtype(np.float32),
+                  np.dtype(np.float64): np.dtype(np.float64)}
+
+#: Input shapes (at one thread count each) whose runners a packed layer keeps.
+CACHE_SHAPES = 64
+
+
+def algorithms(transposed: bool) -> tuple[str, ...]:
+    return DECONV_ALGORITHMS if transposed else CONV_ALGORITHMS
+
+
+def supports(algorithm: str, geometry: ConvGeometry) -> bool:
+    """Whether an algorithm can run this layer (its template in src/algorithms/ says why not)."""
+    return _cpu.unsupported(algorithm, geometry) is None
+
+
+def choose_algorithm(geometry: ConvGeometry) -> str:
+    """The algorithm for a layer (the measurements behind each rule: asv_benches/NOTES.md).
+
+    A convolution with one input channel per group (depthwise, with any channel multiplier) uses
+    "depthwise": as an im2col GEMM it would have K = kH·kW and N = C_out/groups, far too small for
+    the GEMM's tiles. Every other convolution uses "im2col". For a transposed convolution:
+
+    * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
+      direct kernel is bound by memory.
+    * few outputs per group (C_out/groups < 8) with a wider kernel: "col2im". The phase GEMM's
+      N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
+      keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
+    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1) and
+      enough channels (C_in/groups >= 32 and C_out/groups >= 16): "winograd", the phase
+      decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies per output on
+      those phases; with fewer channels its tile transforms cost more than that saves. Its error
+      stays within the direct sum's.
+    * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
+      every output once (no column buffer, no zero fill, no scatter-add).
+    * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im".
+    """
+    if not geometry.transposed:
+        choice = "depthwise" if geometry.in_per_group == 1 else "im2col"
+        return choice if supports(choice, geometry) else "im2col"
+    kh, kw = geometry.kernel_hw
+    if geometry.in_per_group == 1:
+        choice = "depthwise"
+    elif geometry.out_per_group < 8 and kh * kw * geometry.out_per_group >= 16:
+        choice = "col2im"
+    elif _winograd_pays(geometry):
+        choice = "winograd" if supports("winograd", geometry) else "phase"
+    else:
+        choice = "phase"
+    return choice if supports(choice, geometry) else "col2im"
+
+
+# "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
+# tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
+_WINOGRAD_MIN_IN_PER_GROUP = 32
+_WINOGRAD_MIN_OUT_PER_GROUP = 16
+
+
+def _winograd_pays(geometry: ConvGeometry) -> bool:
+    (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
+    return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP)
+
+
+def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
+    """``algorithm=`` checked against this layer: None chooses; a name must be one of the layer's
+    kind and able to run it (ValueError naming why not)."""
+    if algorithm is None:
+        return choose_algorithm(geometry)
+    names = algorithms(geometry.transposed)
+    if not isinstance(algorithm, str) or algorithm not in names:
+        kind = "transposed convolutions" if geometry.transposed else "convolutions"
+        raise ValueError(f"algorithm must be None or one of {', '.join(map(repr, names))} for {kind}, "
+                         f"got {algorithm!r}")
+    reason = _cpu.unsupported(algorithm, geometry)
+    if reason is not None:
+        raise ValueError(f"algorithm={algorithm!r} cannot run this layer (C_in={geometry.in_channels}, "
+                         f"C_out={geometry.out_channels}, groups={geometry.groups}, kernel={geometry.kernel_hw}, "
+                         f"stride={geometry.stride}): {reason}")
+    return algorithm
+
+
+class PackedLayer:
+    """One layer's weights packed for one algorithm and compute dtype; runs any input shape."""
+
+    def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None):
+        self.algorithm = resolve_algorithm(algorithm, geometry)
+        self.dtype = _COMPUTE_DTYPE[np.dtype(dtype)]
+        self.packed = _cpu.PackedWeights(self.algorithm, np.ascontiguousarray(weight, self.dtype), geometry)
+        # rounded to the result dtype first (float16 results: exactly as conv_transpose2d rounds it)
+        self.bias = None if bias is None else np.asarray(bias, dtype=dtype).astype(self.dtype, copy=False)
+        self._runners = BoundedCache(CACHE_SHAPES)   # (geometry, threads) -> _cpu.Runner
+
+    def runner(self, geometry: ConvGeometry) -> _cpu.Runner:
+        """The runner for inputs of this geometry at the current thread count (cached)."""
+        return self._runners.get_or_make((geometry, _cpu.get_num_threads()),
+                                         lambda: _cpu.Runner(self.packed, self.bias, geometry))
+
+    def bind(self, geometry: ConvGeometry):
+        runner, shape, dtype = self.runner(geometry), geometry.output_shape, self.dtype
+
+        def run(x, buffer):
+            return runner.run(x, _cpu.empty_result(shape, dtype) if buffer is None else buffer)
+
+        return run
+
+
+class CpuBackend:
+    """backend="cpu": the C kernels."""
+
+    name = "cpu"
+    algorithms = tuple(dict.fromkeys(DECONV_ALGORITHMS + CONV_ALGORITHMS))
+    cache_layers = True
+
+    @staticmethod
+    def status():
+        return BackendStatus(True, "C kernels (fastdeconv._cpu)")
+
+    @staticmethod
+    def prefers(call) -> bool:
+        return False
+
+    @staticmethod
+    def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
+        return resolve_algorithm(algorithm, geometry)
+
+    @staticmethod
+    def layer(weight, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None) -> PackedLayer:
+        return PackedLayer(weight, bias, dtype, geometry, algorithm)
+
+
+CPU = CpuBackend()

@@ -1,0 +1,123 @@
+"""The call contract shared by every backend: a validated :class:`Call` in, a finished result out.
+
+:func:`prepare` turns user arguments into a :class:`Call` (4-D arrays, resolved geometry, result
+dtype; :func:`prepare_conv_transpose2d` and :func:`prepare_conv2d` name the parameters);
+:func:`finish` casts a computed result to the result dtype, removes the batch axis of unbatched
+calls and honours ``out=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._params import ConvGeometry, resolve_conv2d, resolve_conv_transpose2d
+
+SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_SUPPORTED_NAMES = "float16, float32 or float64"
+
+
+@dataclass
+class Call:
+    x: np.ndarray            # (N, H, W, C_in), the caller's dtype and strides
+    weight: np.ndarray
+    bias: np.ndarray | None  # (C_out,) in the result dtype
+    geometry: ConvGeometry
+    dtype: np.dtype          # result dtype
+    unbatched: bool
+    out: np.ndarray | None   # validated, in the caller's shape
+
+    @property
+    def result_shape(self) -> tuple:
+        """The shape of the result: the geometry's output shape, without N if x was unbatched."""
+        return self.geometry.output_shape[1:] if self.unbatched else self.geometry.output_shape
+
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """The array, or an aligned copy when its data is not aligned for its dtype (a view at an odd
+    byte offset of a buffer): the C kernels read it as float* / double*, which must be aligned."""
+    return array if array.flags.aligned else array.copy()
+
+
+def _as_float_array(value, name: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype not in SUPPORTED_DTYPES:
+        native = array.dtype.newbyteorder("=")
+        if native not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {array.dtype}; supported dtypes are {_SUPPORTED_NAMES}")
+        array = array.astype(native)   # byte-swapped floats: the same values in native order
+    return _aligned(array)
+
+
+def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
+    """Validate a call. ``resolve(x_shape, w_shape)`` returns its ConvGeometry."""
+    x = _as_float_array(x, "x")
+    weight = _as_float_array(weight, "weight")
+    geometry = resolve(x.shape, weight.shape)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = x[np.newaxis]
+    dtype = np.result_type(x.dtype, weight.dtype)
+    if bias is not None:
+        bias_array = np.asarray(bias)
+        if bias_array.dtype.kind not in "fiu":
+            raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
+        if bias_array.shape != (geometry.out_channels,):
+            raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
+        bias = _aligned(bias_array.astype(dtype, copy=False))
+    call = Call(x, weight, bias, geometry, dtype, unbatched, out)
+    if out is not None:
+        check_out(out, call.result_shape, dtype, (("x", x), ("weight", weight), ("bias", bias)))
+    return call
+
+
+def prepare_conv_transpose2d(x, weight, bias, out, stride=1, padding=0, output_padding=0, dilation=1, groups=1,
+                             output_size=None) -> Call:
+    """:func:`prepare` for a conv_transpose2d call with these parameters."""
+    return prepare(x, weight, bias, out, transposed=True, resolve=lambda xs, ws: resolve_conv_transpose2d(
+        xs, ws, stride, padding, output_padding, dilation, groups, output_size))
+
+
+def prepare_conv2d(x, weight, bias, out, stride=1, padding=0, dilation=1, groups=1) -> Call:
+    """:func:`prepare` for a conv2d call with these parameters."""
+    return prepare(x, weight, bias, out, transposed=False, resolve=lambda xs, ws: resolve_conv2d(
+        xs, ws, stride, padding, dilation, groups))
+
+
+def check_out(out, shape, dtype, inputs) -> None:
+    """out= must be a writeable C-contiguous ndarray of exactly (shape, dtype), sharing no memory
+    with any of the (name, array) inputs."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(
+            f"out must be a writeable C-contiguous array of shape {shape} and dtype {dtype}, got shape "
+            f"{out.shape}, dtype {out.dtype}, C-contiguous={out.flags.c_contiguous}, "
+            f"writeable={out.flags.writeable}"
+        )
+    check_no_overlap(out, inputs)
+
+
+def check_no_overlap(out: np.ndarray, inputs) -> None:
+    """out= must share no memory with any of the (name, array) inputs."""
+    for name, array in inputs:
+        if array is not None and np.may_share_memory(out, array):
+            raise ValueError(f"out must not overlap {name}")
+
+
+def finish(call: Call, y: np.ndarray) -> np.ndarray:
+    """Cast y (N, Ho, Wo, C_out) to the result dtype, drop the batch axis if unbatched, fill out=."""
+    if call.unbatched:
+        y = y[0]
+    if call.out is not None:
+        if not np.may_share_memory(call.out, y):
+            call.out[...] = y
+        return call.out
+    return y.astype(call.dtype, copy=False)
+
+
+def is_dask(x) -> bool:
+    """x is a dask collection, told by its type's module (so that numpy calls never import dask);
+    the callers then hand it to :mod:`fastdeconv.dask`."""
+    return type(x).__module__.startswith("dask.")

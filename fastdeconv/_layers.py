@@ -1,0 +1,209 @@
+"""ConvTranspose2d and Conv2d: layers whose weights are packed once.
+
+This is the create/setup/run idea of XNNPACK operators and ONNX Runtime
+sessions: construction validates the parameters, chooses the algorithm and
+packs the weights; each input shape's geometry and run plan are cached; a call
+only runs the kernels. Results are exactly those of :func:`conv_transpose2d`
+and :func:`conv2d`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._backends import registry
+from ._cache import BoundedCache
+from ._call import check_out, is_dask, prepare
+from ._cpu import empty_result, get_num_threads
+from ._params import (_explicit_padding, _int_pair, _padding_mode, is_int, kernel_extent, resolve_conv2d,
+                      resolve_conv_transpose2d)
+
+__all__ = ["ConvTranspose2d", "Conv2d"]
+
+#: Input shapes (and result dtypes) a layer remembers: geometries, fast-path runs, backend layers.
+CACHE_SHAPES = 64
+
+
+def _probe_hw(kernel_hw, stride, padding, dilation):
+    """The smallest input size of a transposed convolution with an output of at least one pixel,
+    per axis: (H − 1)·s + kd − pad_begin − pad_end >= 1 (output_padding only adds), so
+    H = 1 + max(0, ⌈(pad_begin + pad_end + 1 − kd) / s⌉). "same" and "valid" need H = 1."""
+    if isinstance(padding, str) or len(kernel_hw) != 2:
+        return 1, 1
+    stride, dilation = _int_pair(stride, "stride", 1), _int_pair(dilation, "dilation", 1)
+    return tuple(1 + max(0, -(-(p0 + p1 + 1 - kernel_extent(k, d)) // s))
+                 for k, s, d, (p0, p1) in zip(kernel_hw, stride, dilation, _explicit_padding(padding)))
+
+
+def _forward_probe_hw(kernel_hw, stride, padding, dilation):
+    """The smallest input size of a convolution with an output of at least one pixel, per axis:
+    H + pad_begin + pad_end >= kd, so H = max(1, kd − pad_begin − pad_end); "valid" pads nothing,
+    "same" needs H = 1."""
+    if len(kernel_hw) != 2 or (isinstance(padding, str) and _padding_mode(padding) == "same"):
+        return 1, 1
+    dilation = _int_pair(dilation, "dilation", 1)
+    pads = ((0, 0), (0, 0)) if isinstance(padding, str) else _explicit_padding(padding)
+    return tuple(max(1, kernel_extent(k, d) - p0 - p1) for k, d, (p0, p1) in zip(kernel_hw, dilation, pads))
+
+
+class _Layer:
+    """What ConvTranspose2d and Conv2d share: a subclass names its operation (``_transposed``,
+    ``_resolve_geometry(x_shape, w_shape, **kwargs)``, ``_probe(kernel_hw, stride, padding,
+    dilation)``, the smallest input it accepts, and ``_weight_in_axis``, the weight's axis of input
+    channels per group)."""
+
+    _transposed: bool
+    _weight_in_axis: int
+
+    def __init__(self, weight, bias, kwargs, algorithm, backend):
+        self._kwargs = kwargs
+        c_in = np.shape(weight)[self._weight_in_axis] if np.ndim(weight) == 4 else 0
+        # a convolution's input has groups × the weight's channels (a bad groups is named by resolve)
+        groups = int(kwargs["groups"]) if not self._transposed and is_int(kwargs["groups"]) else 1
+        probe_hw = self._probe(np.shape(weight)[1:3], kwargs["stride"], kwargs["padding"], kwargs["dilation"])
+        # an empty input whose geometry stands for the layer's (only its shape is resolved: the probe
+        # size may be too large for an array)
+        probe = prepare(np.empty((0, 1, 1, c_in * max(groups, 1)), dtype=np.float32), weight, bias, None,
+                        transposed=self._transposed,
+                        resolve=lambda xs, ws: self._resolve_geometry((0, *probe_hw, xs[-1]), ws, **kwargs))
+        # Private copies: later changes to the caller's arrays don't reach the layer. The bias keeps
+        # its own precision and is cast per result dtype, as conv_transpose2d does.
+        self.weight = np.array(probe.weight)
+        self.bias = None if bias is None else np.array(bias)
+        self.geometry = probe.geometry
+        self.backend = backend
+        self._backend = registry.get(backend)
+        self.algorithm = algorithm
+        self._layers = BoundedCache(CACHE_SHAPES)      # (backend name, result dtype) -> the backend's layer
+        self._geometries = BoundedCache(CACHE_SHAPES)  # (x shape, output_size) -> ConvGeometry
+        # (x shape, x dtype, output_size, threads) -> (bound run, result shape) for calls whose x needs
+        # no conversion (it has the result dtype, which is also the layer's): straight to the kernels
+        self._ready = BoundedCache(CACHE_SHAPES)
+        if self._backend is not registry.AutoBackend:
+            registry.require(self._backend)   # RuntimeError with the reason when it cannot run here
+            # validates algorithm= and prepares the weights for the default result dtype now
+            layer = self._layer(self._backend, np.result_type(self.weight.dtype, np.float32))
+            self.algorithm = getattr(layer, "algorithm", algorithm)
+
+    def __reduce__(self):
+        # Pickles to its weights, bias and parameters, never to packed data: unpickling (in a worker
+        # process, say) builds the layer again there, which validates and packs the weights anew.
+        return functools.partial(type(self), **self._kwargs, algorithm=self.algorithm, backend=self.backend), \
+            (self.weight, self.bias)
+
+    def __repr__(self):
+        kh, kw = self.weight.shape[1:3]
+        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
+        return (f"{type(self).__name__}(C_in={self.geometry.in_channels}, C_out={self.geometry.out_channels}, "
+                f"kernel=({kh}, {kw}), {args}, algorithm={self.algorithm!r}, backend={self.backend!r})")
+
+    def nbytes(self) -> int:
+        """Bytes this layer holds: its copy of the weights and bias, and every packed copy."""
+        packed = sum(getattr(getattr(layer, "packed", None), "nbytes", 0) for layer in self._layers.values())
+        return self.weight.nbytes + (0 if self.bias is None else self.bias.nbytes) + packed
+
+    def _layer(self, backend, result_dtype):
+        """The backend's layer for one result dtype (the bias rounded to it first, as
+        conv_transpose2d does)."""
+        def make():
+            bias = None if self.bias is None else self.bias.astype(result_dtype)
+            return backend.layer(self.weight, bias, result_dtype, self.geometry, self.algorithm)
+
+        return self._layers.get_or_make((backend.name, np.dtype(result_dtype)), make)
+
+    def _resolve(self, x_shape, output_size):
+        def make():
+            extra = {} if output_size is None else {"output_size": output_size}
+            return self._resolve_geometry(x_shape, self.weight.shape, **extra, **self._kwargs)
+
+        return self._geometries.get_or_make((x_shape, output_size), make)
+
+    def _run(self, x, output_size, out):
+        flags = x.flags if type(x) is np.ndarray else None
+        # the kernels read and write float* / double*: unaligned x or out= take the general path, which copies
+        if (flags is not None and flags.c_contiguous and flags.aligned
+                and (out is None or (type(out) is np.ndarray and out.flags.aligned))):
+            ready = self._ready.get((x.shape, x.dtype, output_size, get_num_threads()))
+            if ready is not None:   # a shape seen before: validated then, so only out= is left to check
+                run, shape = ready
+                if out is None:
+                    out = empty_result(shape, x.dtype)
+                else:
+                    check_out(out, shape, x.dtype, (("x", x), ("weight", self.weight), ("bias", self.bias)))
+                y = run(x, out)
+                if y is not out:   # a backend that returns its own array
+                    out[...] = y
+                return out
+        if is_dask(x):   # a lazy dask array, computed block by block
+            from . import dask
+
+            return dask.apply_layer(self, x, output_size=output_size, out=out)
+        call = prepare(x, self.weight, self.bias, out, transposed=self._transposed,
+                       resolve=lambda xs, ws: self._resolve(xs, output_size))
+        backend = registry.choose(call, self._backend, self.algorithm)
+        layer = self._layer(backend, call.dtype)
+        run = layer.bind(call.geometry)
+        # unbatched calls take the general path: the protocol's buffers are 4-D
+        if type(x) is np.ndarray and x.dtype == call.dtype == layer.dtype and not call.unbatched:
+            self._ready.put((x.shape, x.dtype, output_size, get_num_threads()), (run, call.result_shape))
+        return registry.run_layer(call, layer, run)
+
+
+class ConvTranspose2d(_Layer):
+    """A transposed-convolution layer with its weights prepared once.
+
+    ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
+    groups=1)`` takes the arguments of :func:`fastdeconv.conv_transpose2d` (weight (C_in, kH, kW,
+    C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
+    ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
+
+    ``algorithm`` forces a CPU algorithm (the names :func:`fastdeconv.show_config` lists; ValueError if
+    it cannot run the layer); by default the layer's shape chooses
+    (``fastdeconv._backends.cpu.choose_algorithm``).
+    ``backend`` is "cpu", "reference" (the numpy oracle, for checking), "auto" (decided per call, as
+    the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph
+    or kernels on the GPU across calls. Calls are thread-safe. The layer keeps private copies of
+    ``weight`` and ``bias``: later changes to the caller's arrays do not reach it.
+    """
+
+    _transposed = True
+    _weight_in_axis = 0
+    _probe = staticmethod(_probe_hw)
+    _resolve_geometry = staticmethod(resolve_conv_transpose2d)
+
+    def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+                 algorithm=None, backend="cpu"):
+        super().__init__(weight, bias, dict(stride=stride, padding=padding, output_padding=output_padding,
+                                            dilation=dilation, groups=groups), algorithm, backend)
+
+    def __call__(self, x, *, output_size=None, out=None):
+        if output_size is not None:
+            output_size = _int_pair(output_size, "output_size", 1)
+        return self._run(x, output_size, out)
+
+
+class Conv2d(_Layer):
+    """A convolution layer with its weights prepared once.
+
+    ``layer = Conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1)`` takes the
+    arguments of :func:`fastdeconv.conv2d` (weight (C_out, kH, kW, C_in // groups), MPSCNN's OHWI);
+    ``layer(x, out=None)`` returns ``conv2d(x, weight, bias, ..., out=out)``, with the weights packed
+    once (the function packs them on the first call of each weight array's contents, see
+    :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` (the convolution names
+    :func:`fastdeconv.show_config` lists) and ``backend`` as :class:`ConvTranspose2d`. Calls are thread-safe; the layer keeps private copies of its arrays.
+    """
+
+    _transposed = False
+    _weight_in_axis = 3
+    _probe = staticmethod(_forward_probe_hw)
+    _resolve_geometry = staticmethod(resolve_conv2d)
+
+    def __init__(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None,
+                 backend="cpu"):
+        super().__init__(weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
+                         algorithm, backend)
+
+    def __call__(self, x, *, out=None):
+        return self._run(x, None, out)

@@ -1,0 +1,28 @@
+"""The benchmark tools on top of the library (nothing in the library imports them): the suites of
+real-network shapes and ``fastdeconv bench`` (:mod:`.suites`), latency beside busy processes
+(:mod:`.contention`, ``bench --contention``) and ``fastdeconv dask-demo`` (:mod:`.dask_demo`)."""
+
+from .suites import (
+    CASES,
+    COLUMNS_HELP,
+    CONV_SUITE,
+    ORT_OPSET,
+    PEERS,
+    SUITE,
+    SUITES,
+    Case,
+    Peak,
+    Peers,
+    PeerSpec,
+    format_table,
+    measure_case,
+    measure_peak,
+    median_seconds,
+    run_bench,
+    sgemm_gflops,
+    sgemm_peak,
+)
+
+__all__ = ["CASES", "COLUMNS_HELP", "CONV_SUITE", "ORT_OPSET", "PEERS", "SUITE", "SUITES", "Case", "Peak", "Peers",
+           "PeerSpec", "format_table", "measure_case", "measure_peak", "median_seconds", "run_bench",
+           "sgemm_gflops", "sgemm_peak"]

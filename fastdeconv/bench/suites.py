@@ -1,0 +1,570 @@
+"""The benchmark suites (real-network shapes) and ``fastdeconv bench`` / ``python -m fastdeconv bench``.
+
+Every case is float32. SUITE holds transposed convolutions, FLOPs = 2·N·H·W·C_in·kH·kW·C_out/groups;
+CONV_SUITE holds convolutions (op "conv"), FLOPs = 2·N·H_out·W_out·C_out·kH·kW·C_in/groups.
+Peers (torch's conv_transpose2d in channels_last, which runs oneDNN, and
+onnxruntime's ConvTranspose) are timed in the same process when they can be
+imported and run, each in its natural layout, with layout conversion done once
+outside the timing. A peer that is missing or fails is skipped with one line on
+stderr saying why; the benchmark itself never fails because of a peer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: What each column of the table means (``--help`` prints this; the README has the same list).
+COLUMNS_HELP = """\
+columns (times are medians of repeated calls, float32, in one process):
+  case           the suite case (--list shows its shapes and parameters)
+  algorithm      the CPU algorithm fastdeconv chose for the layer
+  function ms    one fastdeconv.conv_transpose2d(x, w, b, ...) (conv cases: conv2d) call on the same
+                 arrays each time: validates the arguments, fingerprints the weights and reuses the
+                 packed copy it cached on the first call
+  plan ms        one call of a fastdeconv.ConvTranspose2d (conv cases: Conv2d) layer built once,
+                 layer(x, out=buffer): what a network that reuses its layers pays
+  fn/plan        function ms / plan ms
+  torch ms       torch.nn.functional.conv_transpose2d (conv2d) on channels_last tensors (oneDNN), no_grad
+  ORT ms         onnxruntime InferenceSession.run of a one-node ConvTranspose (Conv) model (NCHW)
+  GFLOP/s        the case's FLOPs / plan ms
+  % peak         GFLOP/s as a percentage of numpy's float32 matmul (sgemm) speed measured in the same
+                 run at the same thread count; "-" when threadpoolctl is missing (numpy's BLAS threads
+                 cannot be set); a "!" marks a value over 100 %
+  GB/s           bytes of input + output + weights / plan ms (what an ideal implementation moves)
+  × torch, × ORT the peer's time / plan ms: > 1 means fastdeconv is faster
+  max rel err    max |fastdeconv - reference| / max |reference| over the function and the plan,
+                 against the float64 numpy reference; above 1e-4 the command exits with status 1
+A peer that is not installed or fails is skipped with one line on stderr, and its columns are left
+out (or "-" for the cases it could not run); the line under the table says which peers ran."""
+
+#: Repeated sgemm peak measurements that differ by more than this (relative) mark the peak as noisy.
+PEAK_SPREAD_TOLERANCE = 0.15
+#: ConvTranspose has been unchanged since opset 11; opset 13 loads in every onnxruntime of the last years.
+ORT_OPSET = 13
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    input_shape: tuple  # (N, H, W, C_in)
+    out_channels: int
+    kernel: int
+    stride: int
+    padding: int
+    output_padding: int = 0
+    dilation: int = 1
+    groups: int = 1
+    op: str = "deconv"   # "deconv": conv_transpose2d; "conv": conv2d (output_padding unused)
+
+    @property
+    def transposed(self):
+        return self.op == "deconv"
+
+    @property
+    def weight_shape(self):
+        """(C_in, k, k, C_out/g) for a transposed convolution, (C_out, k, k, C_in/g) for a convolution."""
+        c_in, c_out, k = self.input_shape[3], self.out_channels, self.kernel
+        return (c_in, k, k, c_out // self.groups) if self.transposed else (c_out, k, k, c_in // self.groups)
+
+    @property
+    def kwargs(self):
+        kwargs = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+        return {**kwargs, "output_padding": self.output_padding} if self.transposed else kwargs
+
+    @property
+    def flops(self):
+        n, h, w, cin = self.input_shape
+        if not self.transposed:
+            h, w = _output_hw(self)
+            return 2 * n * h * w * self.out_channels * self.kernel ** 2 * cin // self.groups
+        return 2 * n * h * w * cin * self.kernel ** 2 * self.out_channels // self.groups
+
+    def arrays(self, dtype=np.float32, seed=0):
+        """x, weight, bias with a fixed seed (weights scaled by 1/sqrt(fan-in))."""
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(self.input_shape).astype(dtype)
+        per_group = self.weight_shape[0] // self.groups if self.transposed else self.weight_shape[3]
+        w = rng.standard_normal(self.weight_shape) / np.sqrt(per_group * self.kernel ** 2)
+        b = rng.standard_normal(self.out_channels)
+        return x, w.astype(dtype), b.astype(dtype)
+
+    def functions(self):
+        """(function, layer class, reference function) of this case's operation."""
+        import fastdeconv
+
+        if self.transposed:
+            return fastdeconv.conv_transpose2d, fastdeconv.ConvTranspose2d, fastdeconv.reference.conv_transpose2d
+        return fastdeconv.conv2d, fastdeconv.Conv2d, fastdeconv.reference.conv2d
+
+    def describe(self):
+        defaults = {"output_padding": 0, "dilation": 1, "groups": 1}
+        extra = "".join(f" {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
+        return (f"{self.name:<14} {self.op:<6} NHWC {self.input_shape} -> C_out {self.out_channels}, k{self.kernel} "
+                f"s{self.stride} p{self.padding}{extra}")
+
+
+SUITE = [
+    Case("dcgan1", (8, 4, 4, 512), 256, 4, 2, 1),
+    Case("dcgan2", (8, 8, 8, 256), 128, 4, 2, 1),
+    Case("dcgan3", (8, 16, 16, 128), 64, 4, 2, 1),
+    Case("dcgan4", (8, 32, 32, 64), 3, 4, 2, 1),
+    Case("unet1", (1, 64, 64, 256), 128, 2, 2, 0),
+    Case("unet2", (1, 128, 128, 128), 64, 2, 2, 0),
+    Case("fcn_bilinear", (1, 128, 128, 21), 21, 4, 2, 1, groups=21),
+    Case("fcn8s_final", (1, 64, 64, 21), 21, 16, 8, 4, groups=21),
+    Case("stride1", (1, 56, 56, 64), 64, 3, 1, 1),
+    Case("grouped", (4, 32, 32, 128), 128, 4, 2, 1, groups=4),
+    Case("dilated", (1, 32, 32, 64), 64, 3, 2, 2, output_padding=1, dilation=2),
+    Case("big", (1, 256, 256, 32), 16, 4, 2, 1),
+    Case("seed_group", (1, 5, 5, 4), 8, 3, 1, 0, groups=4),
+]
+
+#: Convolutions of the networks whose decoders SUITE holds (their encoders and discriminators).
+CONV_SUITE = [
+    Case("unet_enc1", (1, 256, 256, 3), 64, 4, 2, 1, op="conv"),       # pix2pix U-Net encoder, k4 s2 p1
+    Case("unet_enc2", (1, 128, 128, 64), 128, 4, 2, 1, op="conv"),
+    Case("unet_enc3", (1, 64, 64, 128), 256, 4, 2, 1, op="conv"),
+    Case("unet_enc5", (1, 16, 16, 512), 512, 4, 2, 1, op="conv"),
+    Case("unet_tiny", (1, 2, 2, 512), 512, 4, 2, 1, op="conv"),        # its innermost: a 2x2 input
+    Case("dcgan_d2", (8, 32, 32, 64), 128, 4, 2, 1, op="conv"),        # DCGAN discriminator
+    Case("dcgan_d4", (8, 8, 8, 256), 512, 4, 2, 1, op="conv"),
+    Case("resnet3x3", (1, 56, 56, 64), 64, 3, 1, 1, op="conv"),        # 3x3 s1 at 56²x64
+    Case("pointwise", (1, 56, 56, 128), 128, 1, 1, 0, op="conv"),      # MobileNet 1x1
+    Case("depthwise3x3", (1, 112, 112, 64), 64, 3, 1, 1, groups=64, op="conv"),   # MobileNet depthwise
+]
+SUITES = {"deconv": SUITE, "conv": CONV_SUITE}
+CASES = {case.name: case for case in SUITE + CONV_SUITE}
+
+
+def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
+    """Median wall time of fn() over about `seconds` of calls, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < min_calls or (time.perf_counter() < deadline and len(times) < max_calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Peers: each is loaded once (any exception -> skipped with a reason) and run per case (any exception ->
+# that case's cell is "-", with a reason).
+# --------------------------------------------------------------------------------------------------------
+
+def _reason(error):
+    """One line saying why a peer could not be used."""
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        return f"{error.name} is not installed"
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _load_torch():
+    import torch
+
+    return torch, f"torch {torch.__version__}"
+
+
+def _torch_runner(torch, case, x, w, b, threads):
+    torch.set_num_threads(threads)
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    wt = torch.from_numpy(np.ascontiguousarray(w.transpose(0, 3, 1, 2))).contiguous(memory_format=torch.channels_last)
+    bt = torch.from_numpy(b)
+    fn = torch.nn.functional.conv_transpose2d if case.transposed else torch.nn.functional.conv2d
+
+    def run():
+        with torch.no_grad():
+            return fn(xt, wt, bt, **case.kwargs)
+
+    return run, lambda: run().permute(0, 2, 3, 1).numpy()
+
+
+def _load_ort():
+    import onnxruntime as ort
+    try:
+        import onnx
+    except ImportError as error:   # onnx builds the one-node model that onnxruntime runs
+        raise ImportError(f"onnx (needed to build the model onnxruntime runs) cannot be imported: "
+                          f"{_reason(error)}") from None
+    return (ort, onnx), f"onnxruntime {getattr(ort, '__version__', '?')} (onnx {getattr(onnx, '__version__', '?')})"
+
+
+def _onnx_model(onnx, case, w, b):
+    """A one-node ConvTranspose model that the installed onnxruntime accepts: opset ORT_OPSET with the
+    lowest IR version that opset needs (onnx writes its newest IR version by default, e.g. 14 in onnx 1.23,
+    which an older onnxruntime rejects: onnxruntime 1.30 reads IR <= 13)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    n, h, wd, cin = case.input_shape
+    ho, wo = _output_hw(case)
+    k, s, p = case.kernel, case.stride, case.padding
+    extra = {"output_padding": [case.output_padding] * 2} if case.transposed else {}
+    node = helper.make_node(
+        "ConvTranspose" if case.transposed else "Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p, p, p, p],
+        dilations=[case.dilation] * 2, group=case.groups, kernel_shape=[k, k], **extra)
+    graph = helper.make_graph(
+        [node], "deconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, cin, h, wd])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, case.out_channels, ho, wo])],
+        initializer=[numpy_helper.from_array(np.ascontiguousarray(w.transpose(0, 3, 1, 2)), "w"),
+                     numpy_helper.from_array(b, "b")])
+    opsets = [helper.make_opsetid("", ORT_OPSET)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    try:
+        model.ir_version = helper.find_min_ir_version_for(opsets)
+    except Exception:  # noqa: BLE001 - an onnx without the version table: IR 7 is opset 13's
+        model.ir_version = 7
+    return model
+
+
+def _ort_runner(modules, case, x, w, b, threads):
+    ort, onnx = modules
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(_onnx_model(onnx, case, w, b).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    xn = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+    def run():
+        return session.run(None, {"x": xn})[0]
+
+    return run, lambda: run().transpose(0, 2, 3, 1)
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    key: str        # row keys: f"{key}_s", f"{key}_max_rel_err"
+    name: str       # what stderr and the table call it
+    column: str     # the table's header
+    load: object
+    runner: object
+
+
+PEERS = [PeerSpec("torch_cl", "torch", "torch ms", _load_torch, _torch_runner),
+         PeerSpec("ort", "onnxruntime", "ORT ms", _load_ort, _ort_runner)]
+
+
+class Peers:
+    """The peers of one run: which loaded, which were skipped and why (each reason said once on stderr)."""
+
+    def __init__(self, enabled=True, log=sys.stderr):
+        self.log = log
+        self.loaded = {}      # key -> (modules, version text)
+        self.status = {}      # name -> {"version": ..., "ran": [case names], "skipped": reason or None, ...}
+        self._said = set()
+        for spec in PEERS:
+            if not enabled:
+                self.status[spec.name] = {"ran": [], "skipped": "--no-peers"}
+                continue
+            try:
+                modules, version = spec.load()
+            except BaseException as error:  # noqa: BLE001 - a broken peer (even SystemExit) is skipped
+                if isinstance(error, KeyboardInterrupt):
+                    raise
+                reason = _reason(error)
+                self.status[spec.name] = {"ran": [], "skipped": reason}
+                self._say(f"bench: skipping {spec.name}: {reason}")
+                continue
+            self.loaded[spec.key] = modules
+            self.status[spec.name] = {"version": version, "ran": [], "skipped": None, "failed": {}}
+
+    def _say(self, line):
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=self.log, flush=True)
+
+    def measure(self, row, case, x, w, b, ref, threads, seconds):
+        for spec in PEERS:
+            if spec.key not in self.loaded:
+                continue
+            try:
+                run, result = spec.runner(self.loaded[spec.key], case, x, w, b, threads)
+                error = _relative_error(result(), ref)
+                elapsed = median_seconds(run, seconds)
+            except Exception as exc:  # noqa: BLE001 - a peer failing on a case leaves that cell empty
+                reason = _reason(exc)
+                self.status[spec.name]["failed"][case.name] = reason
+                self._say(f"bench: skipping {spec.name} (case {case.name}): {reason}")
+                continue
+            row[f"{spec.key}_max_rel_err"] = error
+            row[f"{spec.key}_s"] = elapsed
+            self.status[spec.name]["ran"].append(case.name)
+
+    def summary(self):
+        """One line: which peers ran, on how many cases, and which were skipped."""
+        parts = []
+        for name, status in self.status.items():
+            if status.get("skipped"):
+                parts.append(f"{name} skipped ({status['skipped']})")
+                continue
+            failed = status.get("failed", {})
+            ran = f"{status['version']} ran" if status["ran"] else f"{status['version']} ran on no case"
+            parts.append(ran + (f" (failed on {', '.join(failed)})" if failed else ""))
+        return "peers: " + ("; ".join(parts) if parts else "none")
+
+
+def _output_hw(case):
+    from .._params import conv2d_output_shape, conv_transpose2d_output_shape
+
+    if not case.transposed:
+        return conv2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride, case.padding,
+                                   case.dilation)
+    return conv_transpose2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride,
+                                         case.padding, case.output_padding, case.dilation)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The sgemm peak
+# --------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Peak:
+    """numpy's float32 matmul speed at the benchmark's thread count: the machine's practical peak."""
+
+    gflops: float | None          # the best of the measurements, or None when not measured
+    measurements: list
+    note: str = ""                # why it is missing or why it should not be trusted
+
+    @property
+    def noisy(self):
+        values = [v for v in self.measurements if v]
+        return len(values) > 1 and (max(values) - min(values)) / max(values) > PEAK_SPREAD_TOLERANCE
+
+
+def _blas_unavailable():
+    """Why numpy's BLAS threads cannot be set, or "" when threadpoolctl can set them."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl is not installed (pip install threadpoolctl), so numpy's BLAS threads cannot be set"
+    if not any(lib.get("user_api") == "blas" for lib in threadpool_info()):
+        return "threadpoolctl finds no BLAS library in numpy, so its threads cannot be set"
+    return ""
+
+
+def sgemm_gflops(threads, seconds=0.5, size=2048):
+    """GFLOP/s of numpy's float32 matmul on size x size squares at `threads` BLAS threads, or None if
+    numpy's BLAS threads cannot be set (threadpoolctl missing): a peak at another thread count would
+    make % peak meaningless."""
+    if _blas_unavailable():
+        return None
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32)
+    with threadpool_limits(limits=threads, user_api="blas"):
+        t = median_seconds(lambda: a @ a, seconds, warmup=2, min_calls=3)
+    return 2 * size ** 3 / t / 1e9
+
+
+def sgemm_peak(threads, seconds=0.5):
+    """One sgemm measurement (GFLOP/s) at `threads` threads, or None."""
+    return sgemm_gflops(threads, seconds)
+
+
+def measure_peak(threads, seconds, repeats=2):
+    """`repeats` sgemm measurements at `threads` threads (run_bench adds one after the cases)."""
+    note = _blas_unavailable()
+    if note:
+        return Peak(None, [], note)
+    return Peak(None, [sgemm_gflops(threads, seconds) for _ in range(repeats)])
+
+
+def _finish_peak(peak, rows, ours):
+    if not peak.measurements:
+        return peak
+    peak.gflops = max(peak.measurements)
+    notes = []
+    if peak.noisy:
+        values = ", ".join(f"{v:.0f}" for v in peak.measurements)
+        notes.append(f"noisy: the sgemm measurements ({values} GFLOP/s) differ by more than "
+                     f"{PEAK_SPREAD_TOLERANCE:.0%}; the machine is busy or changing clocks, so % peak is rough")
+    over = [r["case"] for r in rows if r["gflop"] / r[ours] > peak.gflops]
+    if over:
+        notes.append(f"over 100 % of the sgemm peak ({', '.join(over)}): the peak is underestimated "
+                     "(noise, or a case small enough to stay in cache)")
+    peak.note = "; ".join(notes)
+    return peak
+
+
+# --------------------------------------------------------------------------------------------------------
+# Measuring and reporting
+# --------------------------------------------------------------------------------------------------------
+
+def _case_bytes(case):
+    """Bytes an ideal implementation moves: input + output + weights (float32)."""
+    ho, wo = _output_hw(case)
+    n = case.input_shape[0]
+    w_shape = case.weight_shape
+    return 4 * (int(np.prod(case.input_shape)) + n * ho * wo * case.out_channels + int(np.prod(w_shape)))
+
+
+def _relative_error(y, ref):
+    return float(np.max(np.abs(np.asarray(y).astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
+def measure_case(case, threads, seconds=0.5, peers=True):
+    """Times (s) and errors for one case: ours (function and plan) and the peers that run.
+
+    ``peers`` is True (load them here), False, or a :class:`Peers`.
+    """
+    if peers is True:
+        peers = Peers()
+    function, layer_class, reference = case.functions()
+    x, w, b = case.arrays()
+    ref = reference(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **case.kwargs)
+    row = {"case": case.name, "gflop": case.flops / 1e9, "mbytes": _case_bytes(case) / 1e6}
+    out = function(x, w, b, **case.kwargs)
+    row["max_rel_err"] = _relative_error(out, ref)
+    row["fastdeconv_s"] = median_seconds(lambda: function(x, w, b, **case.kwargs), seconds)
+    plan = layer_class(w, b, **case.kwargs)
+    row["plan_max_rel_err"] = _relative_error(plan(x), ref)
+    row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
+    row["algorithm"] = plan.algorithm
+    if peers:
+        peers.measure(row, case, x, w, b, ref, threads, seconds)
+    return row
+
+
+def _table(rows, threads, peak):
+    """(header, cells per row, notes): the numbers every format shows."""
+    ours = "plan_s"
+    columns = [c for c in ("fastdeconv_s", "plan_s", *(f"{s.key}_s" for s in PEERS)) if any(c in r for r in rows)]
+    names = {"fastdeconv_s": "function ms", "plan_s": "plan ms", **{f"{s.key}_s": s.column for s in PEERS}}
+    peers = [c for c in columns if c not in ("fastdeconv_s", "plan_s")]
+    header = ["case", "algorithm"] + [names[c] for c in columns] + ["fn/plan", "GFLOP/s", "% peak", "GB/s"]
+    header += [f"× {names[c][:-3]}" for c in peers] + ["max rel err"]
+    body, ratios = [], []
+    for r in rows:
+        gflops = r["gflop"] / r[ours]
+        if peak.gflops:
+            percent = 100 * gflops / peak.gflops
+            percent_text = f"{percent:.0f}" + ("!" if percent > 100 else "")
+        else:
+            percent_text = "-"
+        cells = [r["case"], r.get("algorithm", "")]
+        cells += [f"{r[c] * 1e3:.3f}" if c in r else "-" for c in columns]
+        cells.append(f"{r['fastdeconv_s'] / r[ours]:.2f}" if "fastdeconv_s" in r else "-")
+        cells += [f"{gflops:.1f}" if gflops < 10 else f"{gflops:.0f}", percent_text,
+                  f"{r['mbytes'] / 1e3 / r[ours]:.1f}"]
+        cells += [f"{r[c] / r[ours]:.2f}" if c in r else "-" for c in peers]
+        present = [r[c] for c in peers if c in r]
+        if present:
+            ratios.append(min(present) / r[ours])
+        cells.append(f"{max(r['max_rel_err'], r.get('plan_max_rel_err', 0)):.1e}")
+        body.append(cells)
+    if peak.gflops:
+        peak_text = f"{peak.gflops:.0f} GFLOP/s" + (" (NOISY)" if peak.noisy else "")
+    else:
+        peak_text = "not measured"
+    notes = [f"threads: {threads}; sgemm peak (numpy float32 matmul 2048², same run, same threads): {peak_text}"]
+    if peak.note:
+        notes.append(f"note: {peak.note}")
+    after = []
+    if ratios:
+        geomean = float(np.exp(np.mean(np.log(ratios))))
+        after.append(f"geometric mean of our speedup (plan) over the faster peer per case: {geomean:.2f}×")
+    return header, body, notes, after
+
+
+def format_table(rows, threads, peak=None, peers_line="", style="text"):
+    """The results as an aligned plain-text table (style="text") or a markdown table ("markdown"):
+    ms per implementation, our GFLOP/s (and % of the sgemm peak), GB/s (input + output + weights),
+    our speed ratio against each peer (> 1: we are faster) and the largest relative error."""
+    if not isinstance(peak, Peak):
+        peak = Peak(peak, [peak] if peak else [], "" if peak else "threadpoolctl is not installed")
+    header, body, notes, after = _table(rows, threads, peak)
+    if style == "markdown":
+        lines = notes + ["", "| " + " | ".join(header) + " |",
+                         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        lines.append("")
+    else:
+        widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+
+        def line(cells):   # names left-aligned, numbers right-aligned
+            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+        lines = notes + [line(header), line(["-" * w for w in widths])] + [line(cells) for cells in body]
+    lines += after
+    if peers_line:
+        lines.append(peers_line)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
+              stdout=None, stderr=None, suite="all") -> int:
+    """Run the suites (``suite`` "deconv", "conv" or "all") or the named cases and print the results, one
+    table per operation; returns the exit status (1 when a result is wrong). ``threads`` 0 or None:
+    fastdeconv's default."""
+    import fastdeconv
+
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    unknown = [name for name in cases or [] if name not in CASES]
+    if unknown:
+        print(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}", file=stderr)
+        return 2
+    if cases:
+        selected = [CASES[name] for name in dict.fromkeys(cases)]
+    else:
+        selected = list(SUITE) + list(CONV_SUITE) if suite == "all" else list(SUITES[suite])
+    previous = fastdeconv.get_num_threads()
+    if threads:
+        fastdeconv.set_num_threads(threads)
+    threads = fastdeconv.get_num_threads()   # what set_num_threads recorded
+    try:
+        peer_set = Peers(enabled=peers, log=stderr)
+        peak = measure_peak(threads, seconds)
+        limits = None
+        if not _blas_unavailable():   # numpy's BLAS threads (the reference's) must not spin on the timed cores
+            from threadpoolctl import threadpool_limits
+
+            limits = threadpool_limits(limits=1, user_api="blas")
+        rows = []
+        try:
+            for i, case in enumerate(selected, 1):
+                if stderr.isatty():
+                    print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=stderr, flush=True)
+                rows.append(measure_case(case, threads, seconds, peer_set))
+            if stderr.isatty():
+                print("\r" + " " * 40 + "\r", end="", file=stderr)
+        finally:
+            if limits is not None:
+                limits.restore_original_limits()
+        if peak.measurements:   # a last measurement after the cases: did the machine stay as fast?
+            peak.measurements.append(sgemm_gflops(threads, seconds))
+        _finish_peak(peak, rows, "plan_s")
+    finally:
+        fastdeconv.set_num_threads(previous)
+    result = {"fastdeconv": fastdeconv.__version__, "threads": threads, "seconds_per_cell": seconds,
+              "sgemm_peak_gflops": peak.gflops, "sgemm_measurements_gflops": peak.measurements,
+              "sgemm_peak_noisy": peak.noisy, "note": peak.note, "peers": peer_set.status,
+              "cases": [asdict(c) for c in selected], "rows": rows}
+    if output_format == "json":
+        print(json.dumps(result, indent=1), file=stdout)
+    else:
+        tables = []
+        for op, title in (("deconv", "transposed convolution: conv_transpose2d / ConvTranspose2d"),
+                          ("conv", "convolution: conv2d / Conv2d")):
+            op_rows = [row for row, case in zip(rows, selected) if case.op == op]
+            if op_rows:
+                tables.append(f"{'## ' if output_format == 'markdown' else ''}{title}\n"
+                              + format_table(op_rows, threads, peak, style=output_format))
+        print("\n\n".join(tables) + "\n" + peer_set.summary(), file=stdout)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+    worst = max(max(r["max_rel_err"], r.get("plan_max_rel_err", 0)) for r in rows)
+    if worst > 1e-4:
+        print(f"ERROR: a result differs from the reference by {worst:.2e} (relative)", file=stderr)
+        return 1
+    return 0

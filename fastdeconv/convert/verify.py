@@ -1,0 +1,419 @@
+"""Verification for ``fastdeconv convert``: each layer on its own, and the whole network from the files.
+
+**Per layer** (always): the layer's files run through fastdeconv (and the MPSCNN numpy model with the
+MPSCNN files) on a seeded random input, against onnx's ReferenceEvaluator on the original
+Conv/ConvTranspose (+ BatchNormalization) node. A mismatch names the layer.
+
+**Whole network** (:func:`verify_network`): ``manifest.json`` and the ``.dat`` files of an output
+directory are read back; the ONNX graph runs in ``onnx.reference.ReferenceEvaluator`` with Conv and
+ConvTranspose replaced (its ``new_ops``) by implementations that call fastdeconv with the loaded weights
+(a folded BatchNormalization is removed from the graph, the layer computes it); a second run uses the
+numpy MPSCNN model (:mod:`fastdeconv.metal.mpscnn_model`) with the MPSCNN files for every layer MPSCNN can
+express (fastdeconv for the others). Both are compared, output by output, with the unmodified graph in
+``onnx.reference`` and, when it is installed and can load the model, onnxruntime, on one seeded
+standard-normal input (a symbolic batch dimension is 1).
+
+It runs when onnx.reference can run the model's other ops: building the evaluator loads an
+implementation for every node (an op it lacks, or a custom domain, fails there) and some attribute
+combinations fail only when run; either failure, or a graph input that is not a float tensor with
+static non-batch dimensions, gives status "not run" with the reason, and the conversion rests on the
+per-layer verification.
+
+onnx.reference departs from the ONNX spec for ConvTranspose (onnx 1.14-1.23,
+``onnx/reference/ops/op_conv_transpose.py``): a grouped layer fails or keeps one output channel per group,
+and ``output_shape`` is applied as a crop at the end instead of deriving the pads from it; and for
+BatchNormalization opsets 9-13 with a ``momentum`` attribute (torch's exports at opset 11) it mixes the
+batch's own statistics into the running ones, where the spec (one output: inference) uses the given mean
+and variance. Every run here uses :func:`reference_ops`, which evaluates a grouped ConvTranspose as one
+ungrouped call per group, turns output_shape (and SAME auto_pad) into the pads and output_padding the
+spec gives, and computes an inference-mode BatchNormalization (one output, no training_mode) as
+``scale·(x − mean)/sqrt(var + epsilon) + bias`` (training mode: NotImplementedError, so "not run").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import weights
+from ..metal import mpscnn_model
+from .graph import CONV_OPS, ConversionError
+
+__all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network"]
+
+#: Largest accepted max|error| / max(1, max|reference|) in float32, for a layer and for a network output.
+RELATIVE_TOLERANCE = 1e-4
+_RUN_NAMES = {"fastdeconv": "fastdeconv", "mpscnn_model": "MPSCNN model"}
+_FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}   # TensorProto.FLOAT, FLOAT16, DOUBLE
+
+
+def layer_runner(transposed, weight, bias, arguments):
+    """A callable x (N, H, W, C_in) -> y for one layer, its weights prepared once: a
+    :class:`fastdeconv.ConvTranspose2d` or :class:`fastdeconv.Conv2d`."""
+    from .._layers import Conv2d, ConvTranspose2d
+
+    return (ConvTranspose2d if transposed else Conv2d)(weight, bias, **arguments)
+
+
+def max_error(actual, expected) -> float:
+    """max |actual − expected| in float64; inf for a shape mismatch; NaN where both are NaN counts 0."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        return float("inf")
+    if actual.size == 0:
+        return 0.0
+    both_nan = np.isnan(actual) & np.isnan(expected)
+    difference = np.where(both_nan, 0.0, np.abs(actual - expected))
+    return float(np.nan_to_num(difference, nan=np.inf).max())
+
+
+def tolerance_for(expected) -> float:
+    expected = np.asarray(expected, np.float64)
+    finite = expected[np.isfinite(expected)]
+    return RELATIVE_TOLERANCE * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
+
+
+# --------------------------------------------------------------------------------------------------------
+# onnx.reference, corrected where it departs from the spec
+# --------------------------------------------------------------------------------------------------------
+
+def _spec_conv_transpose(run, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None,
+                         output_padding=None, output_shape=None, pads=None, strides=None):
+    """ConvTranspose per the ONNX spec through ``run`` (onnx.reference's ungrouped implementation)."""
+    spatial = X.ndim - 2
+    group = int(group or 1)
+    strides = list(strides or [1] * spatial)
+    dilations = list(dilations or [1] * spatial)
+    output_padding = list(output_padding or [0] * spatial)
+    kernel = W.shape[2:]
+    auto_pad = auto_pad or "NOTSET"
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # total_padding = s·(in − 1) + output_padding + ((k − 1)·d + 1) − output_shape (output_shape = in·s
+        # for SAME); SAME_UPPER: begin = total // 2, otherwise begin = total − total // 2. A negative
+        # total (a larger output) adds rows at the end, as onnxruntime does.
+        target = list(output_shape)[-spatial:] if output_shape is not None else \
+            [X.shape[i + 2] * strides[i] for i in range(spatial)]
+        begins, ends = [], []
+        for i in range(spatial):
+            total = (strides[i] * (X.shape[i + 2] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+                     - int(target[i]))
+            if total >= 0:
+                begin = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+                begins.append(begin)
+                ends.append(total - begin)
+            else:
+                begins.append(0)
+                ends.append(0)
+                output_padding[i] -= total
+        pads = begins + ends
+    elif auto_pad == "VALID" or pads is None:
+        pads = [0] * (2 * spatial)
+    arguments = dict(auto_pad="NOTSET", dilations=dilations, kernel_shape=list(kernel),
+                     output_padding=output_padding, output_shape=None, pads=list(pads), strides=strides)
+    if group == 1:
+        return run(X, W, B, group=1, **arguments)[0]
+    in_per_group, out_per_group = X.shape[1] // group, W.shape[1]
+    parts = [run(X[:, g * in_per_group:(g + 1) * in_per_group], W[g * in_per_group:(g + 1) * in_per_group],
+                 None if B is None else B[g * out_per_group:(g + 1) * out_per_group], group=1, **arguments)[0]
+             for g in range(group)]
+    return np.concatenate(parts, axis=1)
+
+
+def reference_ops() -> list:
+    """``new_ops`` for onnx.reference.ReferenceEvaluator: ConvTranspose and BatchNormalization per the
+    ONNX spec (see the module docstring)."""
+    from onnx.reference.op_run import OpRun
+    from onnx.reference.ops.op_conv_transpose import ConvTranspose as _Builtin
+
+    class ConvTranspose(_Builtin):
+        op_domain = ""
+
+        def _run(self, X, W, B=None, **attributes):
+            return (_spec_conv_transpose(super()._run, X, W, B, **attributes).astype(X.dtype),)
+
+    class BatchNormalization(OpRun):
+        op_domain = ""
+
+        def _run(self, x, scale, bias, mean, var, **attributes):
+            outputs = [name for name in self.onnx_node.output if name]
+            if len(outputs) > 1 or attributes.get("training_mode"):
+                raise NotImplementedError(f"BatchNormalization {self.onnx_node.name!r} in training mode")
+            epsilon = attributes.get("epsilon")
+            epsilon = 1e-5 if epsilon is None else epsilon
+            shape = (-1,) + (1,) * (x.ndim - 2)
+            y = (scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + epsilon)
+                 + bias.reshape(shape))
+            return (y.astype(x.dtype),)
+
+    return [ConvTranspose, BatchNormalization]
+
+
+def _converted_ops(runners, reference) -> list:
+    """``new_ops`` whose Conv / ConvTranspose call ``runners[output tensor]`` (NCHW in and out, the
+    runner works in NHWC); a node without a runner keeps the (corrected) reference implementation."""
+    from onnx.reference.ops.op_conv import Conv as _BuiltinConv
+
+    _ReferenceConvTranspose = reference[0]
+
+    def run_layer(node, X):
+        y = runners[node.output[0]](np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype=np.float32))
+        return (np.ascontiguousarray(np.asarray(y).transpose(0, 3, 1, 2)).astype(X.dtype),)
+
+    class Conv(_BuiltinConv):
+        op_domain = ""
+
+        def _run(self, X, W, B=None, **attributes):
+            if self.onnx_node.output[0] in runners:
+                return run_layer(self.onnx_node, X)
+            return super()._run(X, W, B, **attributes)
+
+    class ConvTranspose(_ReferenceConvTranspose):
+        op_domain = ""
+
+        def _run(self, X, W, B=None, **attributes):
+            if self.onnx_node.output[0] in runners:
+                return run_layer(self.onnx_node, X)
+            return super()._run(X, W, B, **attributes)
+
+    return [Conv, ConvTranspose, *reference[1:]]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The whole network, from the written files
+# --------------------------------------------------------------------------------------------------------
+
+class _NotRunnable(Exception):
+    """The whole-network check cannot run on this model (the reason is the message)."""
+
+
+@dataclass
+class NetworkCheck:
+    """The whole-network verification: status "passed", "failed" or "not run" (with the reason)."""
+
+    status: str
+    reason: str | None = None
+    seed: int = 0
+    inputs: dict = field(default_factory=dict)      # graph input -> shape fed
+    outputs: list = field(default_factory=list)     # per output: name, shape, tolerance, max_error {...}
+    notes: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    @property
+    def worst(self):
+        """(largest error, its tolerance) over outputs and comparisons, or None."""
+        pairs = [(e, o["tolerance"]) for o in self.outputs for e in o["max_error"].values() if e is not None]
+        return max(pairs, key=lambda p: p[0] / p[1]) if pairs else None
+
+    def entry(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "seed": self.seed,
+                "inputs": {k: list(v) for k, v in self.inputs.items()}, "outputs": self.outputs,
+                "notes": self.notes, "seconds": round(self.seconds, 3)}
+
+    def lines(self) -> list:
+        """Human-readable lines, one per output."""
+        if self.status == "not run":
+            return [f"whole-network verification not run: {self.reason}"]
+        lines = []
+        for output in self.outputs:
+            by_run = {}
+            for comparison, error in output["max_error"].items():
+                run, oracle = comparison.split(" vs ")
+                by_run.setdefault(run, []).append(f"{'n/a' if error is None else f'{error:.1e}'} vs {oracle}")
+            ok = all(e is not None and e <= output["tolerance"] for e in output["max_error"].values())
+            lines.append(f"network output {output['name']!r} {'x'.join(map(str, output['shape']))} (tolerance "
+                         f"{output['tolerance']:.1e}): " + "; ".join(f"{_RUN_NAMES.get(run, run)} {', '.join(errors)}"
+                                                               for run, errors in by_run.items())
+                         + f" -> {'ok' if ok else 'MISMATCH'}")
+        if self.reason:
+            lines.append(f"whole-network verification failed: {self.reason}")
+        return lines + [f"note: {note}" for note in self.notes]
+
+
+def _feeds(graph, seed):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in graph.graph_inputs:
+        dtype = _FLOAT_TYPES.get(graph.elem_types.get(info.name))
+        shape = graph.shapes.get(info.name)
+        if dtype is None:
+            raise _NotRunnable(f"graph input {info.name!r} is not a float tensor")
+        if shape is None or any(v is None for v in shape[1:]):
+            raise _NotRunnable(f"graph input {info.name!r} has shape "
+                               f"{None if shape is None else tuple('?' if v is None else v for v in shape)}; "
+                               "only the batch dimension may be symbolic")
+        shape = tuple(1 if v is None else v for v in shape)
+        feeds[info.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def _read_dat(directory, filename, shape):
+    path = Path(directory) / filename
+    shape = tuple(int(v) for v in shape)
+    size, expected = path.stat().st_size, 4 * int(np.prod(shape))
+    if size != expected:
+        raise ValueError(f"{path} has {size} bytes, but shape {shape} needs {expected} (raw float32)")
+    return np.fromfile(path, dtype="<f4").reshape(shape)
+
+
+def _layer_arguments(layer) -> dict:
+    arguments = {"stride": tuple(layer["stride"]), "padding": tuple(tuple(p) for p in layer["padding"]),
+                 "dilation": tuple(layer["dilation"]), "groups": layer["groups"]}
+    if layer["kind"] == "conv_transpose2d":
+        arguments["output_padding"] = tuple(layer["output_padding"])
+    return arguments
+
+
+def _runners(layers, directory, use_mpscnn):
+    """tensor name (the layer's output in the rewritten graph) -> x -> y, from the files alone; and how
+    many layers run the MPSCNN model."""
+    runners, on_mpscnn = {}, 0
+    for layer in layers:
+        files, transposed = layer["files"], layer["kind"] == "conv_transpose2d"
+        weight = _read_dat(directory, files["weight"], layer["weight_shape"])
+        bias = _read_dat(directory, files["bias"], (layer["out_channels"],)) if "bias" in files else None
+        settings = layer.get("mpscnn")
+        if use_mpscnn and settings is not None:
+            parameters = {k: v for k, v in settings.items() if k not in ("class", "weight_shape", "weight_file")}
+            if transposed:
+                mps_weight = _read_dat(directory, files["mpscnn_weight"], settings["weight_shape"])
+                params = weights.MPSCNNTransposeParams(**parameters)
+                runners[layer["onnx_output_before_activation"]] = functools.partial(
+                    mpscnn_model.convolution_transpose, w_mpscnn=mps_weight, params=params, bias=bias)
+            else:
+                params = weights.MPSCNNConvolutionParams(**parameters)
+                runners[layer["onnx_output_before_activation"]] = functools.partial(
+                    mpscnn_model.convolution, w_ohwi=weight, params=params, bias=bias)
+            on_mpscnn += 1
+        else:
+            runners[layer["onnx_output_before_activation"]] = layer_runner(transposed, weight, bias,
+                                                                           _layer_arguments(layer))
+    return runners, on_mpscnn
+
+
+def _rewritten_model(model, layers):
+    """A copy of the model where each converted layer's conv node writes the tensor the layer computes
+    (the folded BatchNormalization's output) and the folded BatchNormalization nodes are gone."""
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    by_conv_output = {layer["onnx_conv_output"]: layer for layer in layers}
+    folded = {layer["batchnorm"]["output"] for layer in layers if layer.get("batchnorm")}
+    kept = []
+    for node in copy.graph.node:
+        if node.op_type == "BatchNormalization" and node.output[0] in folded:
+            continue
+        layer = by_conv_output.get(node.output[0]) if node.op_type in CONV_OPS else None
+        if layer is not None:
+            node.output[0] = layer["onnx_output_before_activation"]
+        kept.append(node)
+    del copy.graph.node[:]
+    copy.graph.node.extend(kept)
+    return copy
+
+
+def _onnxruntime_outputs(model, feeds, notes):
+    try:
+        import onnxruntime
+    except ImportError:
+        notes.append("onnxruntime is not installed: compared with onnx.reference only")
+        return None
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+    except Exception as error:   # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+        notes.append(f"onnxruntime could not run the model ({type(error).__name__}: "
+                     f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); "
+                     "compared with onnx.reference only")
+        return None
+
+
+def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> NetworkCheck:
+    """Run the whole network with the layers read back from ``directory`` (see the module docstring).
+
+    ``graph`` is the model's :class:`fastdeconv.convert.graph.OnnxGraph`, ``manifest`` the parsed
+    manifest.json of ``directory``. Returns a :class:`NetworkCheck`; status "not run" when onnx.reference
+    cannot run the model (never raises for that).
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    started = time.perf_counter()
+    check = NetworkCheck("not run", seed=seed)
+    reference_fix = reference_ops()
+    try:
+        feeds = _feeds(graph, seed)
+        check.inputs = {name: value.shape for name, value in feeds.items()}
+        try:
+            expected = ReferenceEvaluator(graph.model, new_ops=reference_fix).run(None, feeds)
+        except Exception as error:   # NotImplementedError, or whatever an op's implementation raises
+            raise _NotRunnable(f"onnx.reference cannot run this model ({type(error).__name__}: "
+                               f"{_first_line(error)})") from None
+    except _NotRunnable as reason:
+        check.reason, check.seconds = str(reason), time.perf_counter() - started
+        return check
+    layers = manifest["layers"]
+    rewritten = _rewritten_model(graph.model, layers)
+    runs = [("fastdeconv", False)]
+    if mpscnn and any(layer.get("mpscnn") is not None for layer in layers):
+        runs.append(("mpscnn_model", True))
+    results = {}
+    check.status = "passed"
+    for label, use_mpscnn in runs:
+        try:
+            runners, on_mpscnn = _runners(layers, directory, use_mpscnn)
+            evaluator = ReferenceEvaluator(rewritten, new_ops=_converted_ops(runners, reference_fix))
+            results[label] = evaluator.run(None, feeds)
+        except Exception as error:   # a missing or short file, a shape that does not fit, ...
+            check.status = "failed"
+            check.reason = f"the {label} run failed: {type(error).__name__}: {_first_line(error)}"
+            results[label] = None
+            continue
+        if use_mpscnn:
+            check.notes.append(f"mpscnn_model run: {on_mpscnn} of {len(layers)} layers on the MPSCNN model "
+                               "with the MPSCNN files, the others on fastdeconv")
+    ort = _onnxruntime_outputs(graph.model, feeds, check.notes)
+    for index, name in enumerate(graph.graph_outputs):
+        reference = np.asarray(expected[index])
+        errors = {}
+        for label, _ in runs:
+            got = None if results[label] is None else results[label][index]
+            errors[f"{label} vs onnx.reference"] = None if got is None else max_error(got, reference)
+            if ort is not None:
+                errors[f"{label} vs onnxruntime"] = None if got is None else max_error(got, ort[index])
+        tolerance = tolerance_for(reference)
+        check.outputs.append({"name": name, "shape": list(reference.shape), "tolerance": tolerance,
+                              "max_error": errors})
+        if any(e is not None and not e <= tolerance for e in errors.values()):
+            check.status = "failed"
+        if ort is not None:
+            # the two oracles against each other: a large value points at the oracle, not the conversion
+            check.outputs[-1]["onnx.reference vs onnxruntime"] = max_error(reference, ort[index])
+    check.seconds = time.perf_counter() - started
+    return check
+
+
+def verify_directory(model_path, directory, *, seed=0, mpscnn=True) -> NetworkCheck:
+    """:func:`verify_network` on a converted output directory (its manifest.json and .dat files)."""
+    from .graph import OnnxGraph
+
+    graph = OnnxGraph.load(model_path)
+    manifest_path = Path(directory) / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConversionError(f"cannot read {manifest_path}: {error}") from None
+    return verify_network(graph, manifest, directory, seed=seed, mpscnn=mpscnn)
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)

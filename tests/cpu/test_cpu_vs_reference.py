@@ -1,0 +1,213 @@
+"""The CPU backend against the numpy reference, through every algorithm x GEMM ISA.
+
+Property tests (hypothesis) over the whole parameter space plus named cases for the
+corners that tiled kernels usually get wrong.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fastdeconv
+from fastdeconv._backends import cpu as _cpu_backend
+from helpers import (CONV_ALGORITHMS, CONV_PATHS, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports,
+                     check_case, examples)
+from strategies import conv_cases, deconv_cases
+
+SETTINGS = settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=False,
+)
+
+@SETTINGS
+@given(case=deconv_cases())
+def test_conv_transpose2d_matches_reference(deconv_path, case):
+    check_case(case, algorithm=deconv_path[0])
+
+
+@SETTINGS
+@given(case=conv_cases())
+def test_conv2d_matches_reference(conv_path, case):
+    check_case(case, algorithm=conv_path[0])
+
+
+@st.composite
+def medium_cases(draw, op):
+    """Fewer, larger problems: channel counts and pixel counts that cross GEMM tile edges."""
+    g = draw(st.sampled_from([1, 1, 2, 3, draw(st.integers(4, 48))]))
+    cig = 1 if g > 3 else draw(st.integers(1, 40))
+    cog = draw(st.integers(1, 40 if g <= 3 else 3))
+    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    d = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    kd = [di * (ki - 1) + 1 for di, ki in zip(d, k)]
+    if op == "c":
+        pad = tuple(draw(st.integers(0, min(2, e - 1))) for e in kd)
+        hw = tuple(draw(st.integers(max(1, e - 2 * p), 24)) for e, p in zip(kd, pad))
+    else:
+        hw = tuple(draw(st.integers(1, 24)) for _ in kd)
+        full = [(i - 1) * si + e for i, si, e in zip(hw, s, kd)]
+        pad = tuple(draw(st.integers(0, min(2, (f - 1) // 2))) for f in full)
+    op_pad = tuple(draw(st.integers(0, max(si, di) - 1)) for si, di in zip(s, d)) if op == "t" else 0
+    return Case(op=op, n=draw(st.integers(1, 2)), hw=hw, c_in=g * cig, c_out=g * cog, groups=g, kernel=k,
+                stride=s, dilation=d, padding=pad, output_padding=op_pad, bias=draw(st.booleans()),
+                x_layout=draw(st.sampled_from(["contig", "contig", "sliced"])),
+                dtype=draw(st.sampled_from(["float32", "float64", "float16"])),
+                seed=draw(st.integers(0, 2**32 - 1)), threads=draw(st.sampled_from([None, 2, 3])))
+
+
+MEDIUM = settings(SETTINGS, max_examples=examples(25))
+
+
+@MEDIUM
+@given(case=medium_cases("t"))
+def test_conv_transpose2d_medium_matches_reference(deconv_path, case):
+    check_case(case, algorithm=deconv_path[0])
+
+
+@MEDIUM
+@given(case=medium_cases("c"))
+def test_conv2d_medium_matches_reference(conv_path, case):
+    check_case(case, algorithm=conv_path[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Named corners
+# ---------------------------------------------------------------------------------------------
+
+NAMED_DECONV = {
+    "stride_gt_kernel": Case(hw=(4, 5), kernel=(2, 1), stride=(3, 4), c_in=3, c_out=5),
+    "stride_gt_kernel_bias_only_rows": Case(hw=(3, 3), kernel=(1, 1), stride=3, padding="same"),
+    "same_odd_total": Case(hw=(4, 3), kernel=(4, 3), stride=(1, 2), padding="same", c_in=2, c_out=3),
+    "same_dilated_lt_stride": Case(hw=(3, 4), kernel=(2, 2), dilation=(1, 2), stride=(4, 2), padding="same"),
+    "output_padding": Case(hw=(4, 4), kernel=(3, 3), stride=2, padding=1, output_padding=1),
+    "output_padding_per_axis": Case(hw=(3, 5), kernel=(2, 3), stride=(3, 2), output_padding=(2, 1)),
+    "output_padding_below_dilation": Case(hw=(3, 3), kernel=(2, 2), stride=1, dilation=3, output_padding=2),
+    "output_size": Case(hw=(5, 4), kernel=(3, 3), stride=3, padding=1, output_size=(15, 12)),
+    "dilation_with_stride": Case(hw=(5, 4), kernel=(3, 2), stride=(2, 3), dilation=(3, 2), padding=(2, 1)),
+    "asymmetric_padding": Case(hw=(5, 5), kernel=(3, 4), stride=2, padding=((0, 3), (2, 1))),
+    "heavy_crop": Case(hw=(3, 3), kernel=(4, 4), stride=2, padding=((3, 4), (4, 3))),
+    "valid": Case(hw=(3, 2), kernel=(2, 3), stride=(2, 1), padding="valid"),
+    "depthwise": Case(hw=(6, 5), c_in=7, c_out=7, groups=7, kernel=(3, 3), stride=2, padding=1),
+    "channel_multiplier": Case(hw=(4, 6), c_in=4, c_out=12, groups=4, kernel=(3, 2), stride=2),
+    "grouped": Case(hw=(4, 4), c_in=6, c_out=9, groups=3, kernel=(2, 3), stride=(1, 2), dilation=2),
+    "unbatched": Case(hw=(4, 5), unbatched=True, kernel=(3, 2), stride=2, padding=(1, 0)),
+    "non_contiguous_x": Case(n=2, hw=(5, 4), x_layout="sliced", stride=2),
+    "transposed_x_weight": Case(n=2, hw=(5, 4), x_layout="transposed", w_layout="transposed", stride=(1, 2)),
+    "negative_strides": Case(n=3, hw=(3, 4), x_layout="reversed", w_layout="reversed", groups=1, stride=2),
+    "N0": Case(n=0, hw=(4, 4), stride=2),
+    "1x1_kernel": Case(hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1)),
+    "1x1_kernel_stride2": Case(hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1), stride=2, output_padding=1),
+    "1x1_input": Case(hw=(1, 1), kernel=(3, 2), stride=2),
+    "large_channels": Case(n=1, hw=(5, 6), c_in=300, c_out=70, kernel=(3, 3), stride=2, padding=1),
+    "large_channels_grouped": Case(n=1, hw=(4, 4), c_in=256, c_out=96, groups=2, kernel=(2, 2), stride=2),
+    "wide_image": Case(n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
+    "wide_image_many_columns": Case(n=1, hw=(8, 130), c_in=16, c_out=70, kernel=(3, 3), padding=1),
+    "gemm_chunk_crossing": Case(n=1, hw=(3, 130), c_in=200, c_out=24, kernel=(3, 3), padding=1),
+    "gemm_chunk_crossing_stride2": Case(n=1, hw=(3, 70), c_in=200, c_out=16, kernel=(3, 3), stride=2),
+    "many_threads_tasks": Case(n=7, hw=(6, 5), c_in=8, c_out=8, kernel=(3, 3), stride=2, padding=1),
+    "tall_batch": Case(n=5, hw=(9, 2), c_in=3, c_out=2, kernel=(4, 1), stride=(2, 1)),
+    "no_bias": Case(hw=(4, 4), bias=False, stride=2, padding=1, output_padding=1),
+}
+DTYPE_PARAMS = ["float16", "float32", "float64"]
+
+
+
+
+def _named_deconv_params():
+    """(path, name) pairs, leaving out geometries an algorithm declares unsupported (decided at collection)."""
+    params = []
+    for name, case in NAMED_DECONV.items():
+        geometry = case.geometry(*case.arrays()[:2])
+        for algorithm, isa in DECONV_PATHS:
+            if algorithm_supports(algorithm, geometry):
+                params.append(pytest.param((algorithm, isa), name, id=f"{algorithm}-{isa}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("deconv_path,name", _named_deconv_params(), indirect=["deconv_path"])
+def test_conv_transpose2d_named(deconv_path, name, dtype):
+    case = NAMED_DECONV[name]
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3})
+    assert check_case(case, algorithm=deconv_path[0])
+
+
+NAMED_CONV = {
+    "stride_gt_kernel": Case(op="c", hw=(9, 10), kernel=(2, 1), stride=(3, 4), c_in=3, c_out=5),
+    "same_stride": Case(op="c", hw=(7, 6), kernel=(4, 3), stride=(2, 3), padding="same"),
+    "dilation_with_stride": Case(op="c", hw=(9, 8), kernel=(3, 2), stride=(2, 3), dilation=(3, 2), padding=(2, 1)),
+    "asymmetric_padding": Case(op="c", hw=(5, 5), kernel=(3, 4), stride=2, padding=((0, 3), (2, 1))),
+    "depthwise": Case(op="c", hw=(6, 5), c_in=7, c_out=7, groups=7, kernel=(3, 3), stride=2, padding=1),
+    "channel_multiplier": Case(op="c", hw=(4, 6), c_in=4, c_out=12, groups=4, kernel=(3, 2)),
+    "unbatched": Case(op="c", hw=(4, 5), unbatched=True, kernel=(3, 2), stride=2, padding=(1, 0)),
+    "non_contiguous": Case(op="c", n=2, hw=(5, 4), x_layout="sliced", w_layout="transposed", padding=1),
+    "N0": Case(op="c", n=0, hw=(4, 4)),
+    "1x1_kernel": Case(op="c", hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1), stride=2),
+    "large_channels": Case(op="c", hw=(6, 7), c_in=300, c_out=70, kernel=(3, 3), padding=1),
+    "wide_image": Case(op="c", n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
+    "gemm_chunk_crossing": Case(op="c", n=1, hw=(4, 130), c_in=200, c_out=24, kernel=(3, 3), padding=1),
+    "many_pixels_chunks": Case(op="c", n=1, hw=(9, 130), c_in=4, c_out=3, kernel=(2, 2), padding="same"),
+    # groups == C_in: the "depthwise" algorithm's register tiles (3 or 5 wide, stride 1 or 2), its
+    # generic tile, channel tails and its column strips
+    "depthwise_mobilenet": Case(op="c", n=2, hw=(13, 37), c_in=64, c_out=64, groups=64, kernel=(3, 3), padding=1),
+    "depthwise_5x5_stride2": Case(op="c", hw=(11, 29), c_in=24, c_out=24, groups=24, kernel=(5, 5), stride=2,
+                                  padding=2),
+    "depthwise_dilated_asymmetric": Case(op="c", hw=(10, 26), c_in=19, c_out=19, groups=19, kernel=(3, 3),
+                                         dilation=(2, 3), padding=((0, 3), (4, 1))),
+    "depthwise_multiplier_tail": Case(op="c", n=2, hw=(7, 21), c_in=5, c_out=15, groups=5, kernel=(3, 3), stride=2,
+                                      padding=1),
+    "depthwise_one_input_channel": Case(op="c", hw=(9, 19), c_in=1, c_out=20, groups=1, kernel=(5, 5), padding=2),
+    "depthwise_wide_strips": Case(op="c", hw=(4, 90), c_in=96, c_out=96, groups=96, kernel=(3, 3), padding=1),
+}
+
+
+def _named_conv_params():
+    """(path, name) pairs, leaving out geometries an algorithm declares unsupported (decided at collection)."""
+    params = []
+    for name, case in NAMED_CONV.items():
+        geometry = case.geometry(*case.arrays()[:2])
+        for algorithm, isa in CONV_PATHS:
+            if algorithm_supports(algorithm, geometry):
+                params.append(pytest.param((algorithm, isa), name, id=f"{algorithm}-{isa}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("conv_path,name", _named_conv_params(), indirect=["conv_path"])
+def test_conv2d_named(conv_path, name, dtype):
+    case = NAMED_CONV[name]
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3})
+    assert check_case(case, algorithm=conv_path[0])
+
+
+@pytest.mark.parametrize("transposed,algorithm", [(True, a) for a in DECONV_ALGORITHMS] +
+                         [(False, a) for a in CONV_ALGORITHMS])
+def test_every_algorithm_is_exercised(transposed, algorithm):
+    """The 'unsupported geometry' skip must not silently skip an algorithm everywhere."""
+    named = NAMED_DECONV if transposed else NAMED_CONV
+    supported = [name for name, case in named.items()
+                 if algorithm_supports(algorithm, case.geometry(*case.arrays()[:2]))]
+    assert len(supported) >= (1 if transposed else 3), f"{algorithm} supports too few named cases: {supported}"
+    assert algorithm_supports(algorithm, named["depthwise"].geometry(*named["depthwise"].arrays()[:2]))
+
+
+def test_forcing_unknown_algorithm_is_an_error():
+    x, w, b = Case().arrays()
+    with pytest.raises(ValueError, match="no-such-algorithm"):
+        fastdeconv.conv_transpose2d(x, w, b, backend="cpu", algorithm="no-such-algorithm")
+
+
+@pytest.mark.parametrize("transposed,algorithm", [(True, a) for a in DECONV_ALGORITHMS] +
+                         [(False, a) for a in CONV_ALGORITHMS])
+def test_forcing_an_algorithm_selects_it(transposed, algorithm):
+    """algorithm= really picks the algorithm under test (else every path would test the default)."""
+    case = (NAMED_DECONV if transposed else NAMED_CONV)["depthwise"]
+    geometry = case.geometry(*case.arrays()[:2])
+    assert _cpu_backend.resolve_algorithm(algorithm, geometry) == algorithm

@@ -1,0 +1,303 @@
+"""The thread pool (src/pool.c) under the shim: results never depend on threads, task cut or concurrency.
+
+* a hammer: many concurrent calls from several Python threads, runners bound at different thread
+  counts, while the main thread changes set_num_threads and forks: every result equals the serial one;
+* the task cut (tasks per thread, minimum FLOPs per task, the Ctrl-C cut) changes no bit of any
+  algorithm's result;
+* the default thread count: OMP_NUM_THREADS honoured at import, else the CPUs this process may use; a
+  default-threads call uses fewer threads only when other threads take the CPUs, an explicit count
+  exactly its threads.
+
+The pool's own invariants (every task once, slots, stop, fork) are checked in C: tests/c/test_pool.c.
+No test here times anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import fastdeconv
+from fastdeconv import _cpu, _params
+from fastdeconv._backends import cpu as _cpu_backend
+
+from helpers import Case, deconv_supported, script_env, threaded
+
+HANG_TIMEOUT = 120   # seconds for a subprocess scenario: generous for a loaded machine, finite for a hang
+
+
+def _runner(x, w, b, kwargs, threads, algorithm=None, transposed=True):
+    """A _cpu.Runner bound at `threads` (with the small-call threshold off, so it really threads)."""
+    resolve = _params.resolve_conv_transpose2d if transposed else _params.resolve_conv2d
+    geometry = resolve(x.shape, w.shape, **kwargs)
+    layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, algorithm)
+    previous_threads = fastdeconv.get_num_threads()
+    previous_flops = _cpu.set_serial_flops(0)
+    try:
+        fastdeconv.set_num_threads(threads)
+        return _cpu.Runner(layer.packed, layer.bias, geometry), geometry
+    finally:
+        _cpu.set_serial_flops(previous_flops)
+        fastdeconv.set_num_threads(previous_threads)
+
+
+def _layers():
+    """(x, runners at 1..4 threads, geometry) for a few layers, one per algorithm (conv2d: im2col and
+    depthwise, the automatic choices)."""
+    rng = np.random.default_rng(11)
+    specs = [
+        ("phase", True, (3, 9, 7, 8), (8, 4, 4, 6), dict(stride=2, padding=1)),
+        ("col2im", True, (2, 6, 5, 4), (4, 3, 3, 8), dict(stride=2, padding=1, dilation=2)),
+        ("depthwise", True, (2, 10, 9, 6), (6, 3, 3, 1), dict(stride=2, padding=1, groups=6)),
+        (None, False, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),
+        (None, False, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=1, padding=1, groups=8)),   # conv depthwise
+    ]
+    layers = []
+    for algorithm, transposed, x_shape, w_shape, kwargs in specs:
+        x = rng.standard_normal(x_shape, dtype=np.float32)
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        out_channels = w_shape[3] * kwargs.get("groups", 1) if transposed else w_shape[0]
+        b = rng.standard_normal(out_channels, dtype=np.float32)
+        runners = {}
+        for threads in (1, 2, 3, 4):
+            runners[threads], geometry = _runner(x, w, b, kwargs, threads, algorithm, transposed)
+        layers.append((x, runners, geometry))
+    return layers
+
+
+def _run(runner, x, geometry):
+    return runner.run(x, np.empty(geometry.output_shape, np.float32))
+
+
+def test_concurrent_calls_at_different_thread_counts_equal_the_serial_results():
+    """Six Python threads call runners bound at 1..4 threads, all at once (most calls then find the pool
+    busy and run on their own thread, some get it), while the main thread changes set_num_threads."""
+    layers = _layers()
+    expected = [_run(runners[1], x, geometry) for x, runners, geometry in layers]
+    assert all(runners[4].threads > 1 for _, runners, _ in layers), "the layers must really use threads"
+    failures = []
+    start = threading.Barrier(7)
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        start.wait()
+        for _ in range(60):
+            index = int(rng.integers(len(layers)))
+            x, runners, geometry = layers[index]
+            got = _run(runners[int(rng.integers(1, 5))], x, geometry)
+            if not np.array_equal(got, expected[index]):
+                failures.append(index)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(6)]
+    x0 = layers[0][0]
+    w0 = np.random.default_rng(2).standard_normal((8, 4, 4, 6), dtype=np.float32)
+    plan = fastdeconv.ConvTranspose2d(w0, stride=2)
+    with threaded(1):
+        want0 = plan(x0)
+    for thread in threads:
+        thread.start()
+    start.wait()
+    with threaded():
+        for n in [1, 3, 0, 2, 4, 0] * 10:   # the public API, its thread count changed between the workers' calls
+            fastdeconv.set_num_threads(n)
+            np.testing.assert_array_equal(plan(x0), want0, err_msg=f"set_num_threads({n})")
+    for thread in threads:
+        thread.join()
+    assert not failures, f"{len(failures)} concurrent results differ from the serial ones (layers {set(failures)})"
+    assert _cpu.pool_helpers() >= 1
+
+
+def _fork_scenario():
+    """Parent: two Python threads call threaded runners continuously while the main thread forks; each
+    child runs every layer threaded (with fresh helpers) and compares with the serial result."""
+    layers = _layers()
+    expected = [_run(runners[1], x, geometry) for x, runners, geometry in layers]
+    stop = threading.Event()
+    failures = []
+
+    def background():
+        while not stop.is_set():
+            for (x, runners, geometry), want in zip(layers, expected):
+                if not np.array_equal(_run(runners[2], x, geometry), want):
+                    failures.append("parent")
+
+    threads = [threading.Thread(target=background) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    children = []
+    for _ in range(8):
+        pid = os.fork()
+        if pid == 0:   # the child: only this thread exists; the pool must start its own helpers
+            code = 0 if _cpu.pool_helpers() == 0 else 3
+            for (x, runners, geometry), want in zip(layers, expected):
+                for threads_ in (2, 4):
+                    if not np.array_equal(_run(runners[threads_], x, geometry), want):
+                        code = 4
+            if _cpu.pool_helpers() < 1:
+                code = 5
+            os._exit(code)
+        children.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    stop.set()
+    for thread in threads:
+        thread.join()
+    print(json.dumps({"codes": codes, "parent_failures": len(failures)}))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_fork_in_the_middle_of_threaded_calls():
+    proc = subprocess.run([sys.executable, __file__, "fork"], capture_output=True, text=True, timeout=HANG_TIMEOUT,
+                          env=script_env(PYTHONWARNINGS="ignore::DeprecationWarning"))
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    # 3: the child inherited helpers; 4: a wrong result; 5: it did not start its own helpers
+    assert facts == {"codes": [0] * 8, "parent_failures": 0}, facts
+
+
+# ---------------------------------------------------------------------------------------------
+# The task cut
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("algorithm, x_shape, w_shape, kwargs", [
+    # few pixels, many channels: phase splits B's columns
+    ("phase", (1, 2, 3, 16), (16, 4, 4, 200), dict(stride=2, padding=1)),
+    ("phase", (3, 9, 7, 8), (8, 3, 3, 12), dict(stride=3, padding=1, output_padding=2)),
+    # one image: col2im cuts bands of rows that recompute shared input rows
+    ("col2im", (1, 13, 6, 4), (4, 5, 3, 6), dict(stride=2, padding=2, dilation=(2, 1))),
+    ("col2im", (5, 4, 4, 8), (8, 4, 4, 4), dict(stride=2, padding=1, groups=2)),
+    ("depthwise", (2, 15, 8, 6), (6, 4, 4, 1), dict(stride=2, padding=1, groups=6)),
+    (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
+    (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
+], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col", "conv-depthwise"])
+def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
+    """Every cut (the algorithm's own, finer per thread, the Ctrl-C cut down to tiny tasks) at 1-4
+    threads gives the same bits as one serial task list."""
+    rng = np.random.default_rng(5)
+    transposed = algorithm is not None
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    out_channels = w_shape[3] * kwargs.get("groups", 1) if transposed else w_shape[0]
+    b = rng.standard_normal(out_channels).astype(dtype)
+    if transposed and not deconv_supported(algorithm, x.shape, w.shape, **kwargs):
+        pytest.skip(f"{algorithm} declares this geometry unsupported")
+    previous_cut = _cpu.set_task_cut(1, float("inf"))
+    previous_flops = _cpu.set_task_flops(1e300)
+    try:
+        runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
+        want = runner.run(x, np.empty(geometry.output_shape, dtype))
+        counts = set()
+        for tasks_per_thread, min_flops, task_flops in [(1, float("inf"), 1e300), (4, 0, 1e300), (64, 0, 1e300),
+                                                        (4, 1e6, 1e300), (1, float("inf"), 1e3)]:
+            _cpu.set_task_cut(tasks_per_thread, min_flops)
+            _cpu.set_task_flops(task_flops)
+            for threads in (1, 2, 3, 4):
+                runner, geometry = _runner(x, w, b, kwargs, threads, algorithm, transposed)
+                counts.add(len(runner.tasks))
+                got = runner.run(x, np.empty(geometry.output_shape, dtype))
+                np.testing.assert_array_equal(got, want, err_msg=f"{len(runner.tasks)} tasks on {threads} threads")
+        assert len(counts) >= 3, f"the cuts must differ to test anything: task counts {counts}"
+    finally:
+        _cpu.set_task_cut(*previous_cut)
+        _cpu.set_task_flops(previous_flops)
+
+
+def test_threaded_calls_are_cut_into_several_tasks_per_thread():
+    """A 537-MFLOP layer whose phase rule alone gives one task per thread (few pixels, many channels:
+    dcgan1) is cut into at least 4 per thread; a 1-thread call is not cut finer."""
+    from fastdeconv.bench import CASES
+
+    case = CASES["dcgan1"]
+    x, w, b = case.arrays()
+    for threads, at_least, at_most in [(2, 8, 64), (1, 1, 8)]:
+        runner, _ = _runner(x, w, b, case.kwargs, threads)
+        assert at_least <= len(runner.tasks) <= at_most, (threads, len(runner.tasks))
+
+
+def test_set_task_cut_validates_and_restores():
+    previous = _cpu.set_task_cut(2, 5e5)
+    try:
+        assert _cpu.set_task_cut(*previous) == (2, 5e5)
+        with pytest.raises(ValueError, match="tasks_per_thread must be at least 1, got 0"):
+            _cpu.set_task_cut(0, 1e6)
+    finally:
+        _cpu.set_task_cut(*previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# Thread counts
+
+
+def test_explicit_thread_count_is_used_exactly_and_the_default_at_most():
+    fastdeconv.set_num_threads(3)
+    assert _cpu.participants(3) == 3                  # explicit: never reduced
+    fastdeconv.set_num_threads(0)
+    default = fastdeconv.get_num_threads()
+    assert 1 <= _cpu.participants(default) <= default  # default: fewer when the CPUs are taken
+    assert _cpu.participants(1) == 1
+
+
+def test_results_equal_at_every_thread_count_through_the_public_api():
+    """set_num_threads changes between calls of one plan: each thread count binds its own runner, and
+    every result is the serial one."""
+    case = Case(op="t", n=3, hw=(12, 10), c_in=16, c_out=24, groups=1, kernel=(4, 4), stride=2, padding=1,
+                dtype="float32", seed=3)
+    x, w, b = case.arrays()
+    layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs())
+    with threaded(1):
+        want = layer(x)
+    with threaded(1):
+        for n in [2, 3, 1, 4, 2, 0, 7, 1] * 3:
+            fastdeconv.set_num_threads(n)
+            np.testing.assert_array_equal(layer(x), want, err_msg=f"set_num_threads({n})")
+
+
+def _threads_scenario():
+    print(json.dumps({"threads": fastdeconv.get_num_threads(), "cpus": len(os.sched_getaffinity(0))
+                      if hasattr(os, "sched_getaffinity") else os.cpu_count()}))
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3), ("5,2", 5), (" 2 ", 2), ("", "cpus"), ("zero", "cpus"),
+                                             ("0", "cpus"), ("-2", "cpus")])
+def test_default_thread_count_honours_omp_num_threads(value, expected):
+    proc = subprocess.run([sys.executable, __file__, "threads"], capture_output=True, text=True, timeout=HANG_TIMEOUT,
+                          env=script_env(OMP_NUM_THREADS=value))
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts["threads"] == (facts["cpus"] if expected == "cpus" else expected)
+    invalid = value.strip() not in ("",) and expected == "cpus"
+    assert ("OMP_NUM_THREADS" in proc.stderr and "ignored" in proc.stderr) == invalid, proc.stderr
+
+
+def test_show_config_names_the_pool():
+    config = fastdeconv._config.config()
+    assert config["thread_pool"].startswith("own (pthreads)" if os.name != "nt" else "own (win32)")
+    assert "openmp" not in config
+
+
+def test_contention_command_reports_every_load():
+    """`python -m fastdeconv bench --contention` on the tiniest case: a table per load with the ratio
+    columns, the after-onnxruntime table (or why it is skipped), the worst-ratio summary. Structure only."""
+    proc = subprocess.run([sys.executable, "-m", "fastdeconv", "bench", "--contention", "--cases", "seed_group",
+                           "--seconds", "0.01"], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for load in ("none", "1 busy", "3 busy", "bench 2T"):
+        assert f"### load: {load}" in out
+    assert out.count("| case | 1T p50 | 1T p99 | default p50 | default p99 | p50 / 1T p50 | p99 / p50 | paired |") == 4
+    assert out.count("| seed_group |") == 5 or "after ORT: skipped" in out
+    assert "worst per load" in out
+
+
+if __name__ == "__main__":   # (as a script, this folder is on sys.path: `helpers` imports)
+    scenario = sys.argv[1]
+    if scenario == "fork":
+        _fork_scenario()
+    elif scenario == "threads":
+        _threads_scenario()

@@ -1,0 +1,473 @@
+"""The "winograd" algorithm (src/deconv_winograd.template.c): its transforms, every shape class it
+handles against the reference on every ISA path, its error against the direct sum's, where NaN and Inf
+land, and when the automatic choice takes it.
+
+Its results are not the direct sum's bit for bit (the transforms reassociate), so the comparisons are
+(a) element-wise within the package's per-dtype tolerance on same-signed data (helpers.Case: nothing
+cancels, so a dropped or doubled term shows), and (b) on signed data, the error against the float64
+reference within 4x the "phase" algorithm's (the direct sum over the same phases).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+import fastdeconv
+from fastdeconv import _cpu
+from fastdeconv._backends import cpu as _cpu_backend
+from fastdeconv._params import resolve_conv_transpose2d
+from helpers import GEMM_ISAS, Case, array_at, assert_close, check_case, examples, gemm_isa, threaded
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATOR = ROOT / "scripts" / "winograd_transforms.py"
+HEADER = ROOT / "src" / "winograd_transforms.h"
+needs_source = pytest.mark.skipif(not (GENERATOR.exists() and HEADER.exists()), reason="needs the source tree")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("winograd_transforms", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. The transforms
+# ----------------------------------------------------------------------------------------------
+
+
+@needs_source
+def test_header_is_what_the_generator_prints():
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _generator().main()
+    assert HEADER.read_text() == printed.getvalue(), "regenerate: python scripts/winograd_transforms.py > " \
+                                                     "src/winograd_transforms.h"
+
+
+@needs_source
+@pytest.mark.parametrize("m,r", [(1, 2), (2, 2), (3, 2), (1, 3), (2, 3), (3, 1)])
+def test_transform_computes_the_correlation_exactly(m, r):
+    """In exact rationals, AT[(G g) * (BT d)] is the correlation for random integer d and g."""
+    gen = _generator()
+    AT, G, BT = gen.transforms(m, r)
+    rng = np.random.default_rng(m * 10 + r)
+    for _ in range(5):
+        d = [gen.Fraction(int(v)) for v in rng.integers(-9, 10, m + r - 1)]
+        g = [gen.Fraction(int(v)) for v in rng.integers(-9, 10, r)]
+        gg = [sum(G[j][k] * g[k] for k in range(r)) for j in range(m + r - 1)]
+        bd = [sum(BT[j][l] * d[l] for l in range(m + r - 1)) for j in range(m + r - 1)]
+        y = [sum(AT[i][j] * gg[j] * bd[j] for j in range(m + r - 1)) for i in range(m)]
+        assert y == [sum(d[i + u] * g[u] for u in range(r)) for i in range(m)]
+
+
+@needs_source
+@pytest.mark.parametrize("r,full", [(2, 3), (3, 2)])
+def test_smaller_tiles_read_their_points_from_the_packed_tile(r, full):
+    """The kernel packs G g for the largest tile only: a shorter last tile's point j is the packed
+    tile's point j (its last point, infinity, the packed tile's last) - their G rows must be equal."""
+    gen = _generator()
+    _, G_full, _ = gen.transforms(full, r)
+    for m in range(1, full):
+        _, G, _ = gen.transforms(m, r)
+        n = m + r - 1
+        for j in range(n):
+            assert G[j] == G_full[j if j < n - 1 else full + r - 2], (m, r, j)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Every shape class against the reference, on every ISA path
+# ----------------------------------------------------------------------------------------------
+
+# (name, Case): phase extents J (outputs per phase along an axis) are chosen so that F(3, 2) has no
+# shorter last tile, one of 1 and one of 2 outputs, and so that axes under 12 outputs take F(2, 2).
+NAMED = [
+    ("k4s2p1", Case(hw=(6, 6), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("k4s2p0", Case(hw=(5, 5), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=0)),
+    ("k4s2_output_padding", Case(hw=(5, 7), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1,
+                                 output_padding=1)),
+    ("k4s2_groups", Case(n=2, hw=(7, 5), c_in=8, c_out=12, groups=2, kernel=(4, 4), stride=2, padding=1)),
+    ("k4s2_depth_groups", Case(hw=(6, 6), c_in=12, c_out=24, groups=4, kernel=(4, 4), stride=2, padding=1)),
+    ("k3s1p1", Case(hw=(7, 6), c_in=8, c_out=16, kernel=(3, 3), stride=1, padding=1)),
+    ("k3s1p0", Case(hw=(5, 8), c_in=8, c_out=16, kernel=(3, 3), stride=1, padding=0)),
+    ("k3s2_output_padding", Case(hw=(7, 5), c_in=8, c_out=16, kernel=(3, 3), stride=2, padding=1,
+                                 output_padding=1)),
+    ("k3s2p0", Case(hw=(6, 7), c_in=8, c_out=16, kernel=(3, 3), stride=2)),
+    ("k2s1", Case(hw=(6, 5), c_in=8, c_out=16, kernel=(2, 2), stride=1)),
+    ("k5s2", Case(hw=(6, 5), c_in=8, c_out=16, kernel=(5, 5), stride=2, padding=2, output_padding=1)),
+    ("k6s2", Case(hw=(5, 6), c_in=8, c_out=16, kernel=(6, 6), stride=2, padding=2)),
+    ("k4x3_s2x1", Case(hw=(7, 6), c_in=8, c_out=16, kernel=(4, 3), stride=(2, 1), padding=(1, 1))),
+    ("odd_sizes_N3", Case(n=3, hw=(9, 11), c_in=7, c_out=5, kernel=(4, 4), stride=2, padding=1)),
+    ("tile_edges_J13_J14", Case(hw=(13, 14), c_in=16, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("tile_edges_J12_J16", Case(hw=(12, 16), c_in=16, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("tiny_image", Case(hw=(1, 2), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("channel_tails", Case(hw=(13, 5), c_in=33, c_out=17, kernel=(4, 4), stride=2, padding=1)),
+    ("wide_F22_packed", Case(hw=(13, 6), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
+    ("many_outputs", Case(n=2, hw=(3, 3), c_in=16, c_out=96, kernel=(4, 4), stride=2, padding=1)),
+    ("no_bias", Case(hw=(6, 6), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1, bias=False)),
+    # shared tiles (every phase >= 24 outputs per axis): one input transform for all phases, a tile at
+    # each edge partly outside some phase (origins differ by one row or column)
+    ("shared_k4s2p1", Case(hw=(24, 25), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=1)),
+    ("shared_k4s2p2_N2", Case(n=2, hw=(26, 27), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=2)),
+    ("shared_k4s2p0_output_padding", Case(hw=(25, 24), c_in=8, c_out=16, kernel=(4, 4), stride=2, padding=0,
+                                          output_padding=1)),
+    ("shared_k6s3", Case(hw=(25, 26), c_in=8, c_out=16, kernel=(6, 6), stride=3, padding=1, output_padding=2)),
+    ("shared_k4x6_s2x3", Case(hw=(25, 25), c_in=8, c_out=16, kernel=(4, 6), stride=(2, 3), padding=(1, 2))),
+    ("shared_groups_channel_tails", Case(hw=(24, 26), c_in=66, c_out=34, groups=2, kernel=(4, 4), stride=2,
+                                         padding=1)),
+    ("shared_F22_packed", Case(hw=(24, 24), c_in=80, c_out=40, kernel=(4, 4), stride=2, padding=1)),
+    # groups whose output slices are whole cache lines (16 channels): on several threads, one group per task
+    ("shared_groups_per_task", Case(n=2, hw=(24, 25), c_in=16, c_out=32, groups=2, kernel=(4, 4), stride=2,
+                                    padding=1)),
+]
+SHARED = [name for name, _ in NAMED if name.startswith("shared_")]
+DTYPES = ["float32", "float64", "float16"]
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,case", NAMED, ids=[name for name, _ in NAMED])
+def test_named_cases_match_the_reference(name, case, dtype, isa):
+    case = Case(**{**case.__dict__, "dtype": dtype, "seed": hash(name) % 1000})
+    with gemm_isa(isa):
+        assert check_case(case, "winograd"), f"winograd declared {name} unsupported"
+
+
+def _runner_tasks(x, w, b, kwargs, threads):
+    """The winograd runner's tasks (part, row_begin, row_end, col_begin, col_end) on `threads` threads."""
+    geometry = resolve_conv_transpose2d(x.shape, w.shape, **kwargs)
+    layer = _cpu_backend.PackedLayer(w, b, x.dtype, geometry, "winograd")
+    with threaded(threads):
+        return layer.runner(geometry).tasks
+
+
+def _tasks(case, threads):
+    return _runner_tasks(*case.arrays(), case.kwargs(), threads)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4, 7, 16])
+@pytest.mark.parametrize("name", ["dcgan2", "dcgan3", "stride1", "grouped", "big"])
+def test_tasks_cut_rows_evenly_and_cover_each_output_once(name, threads):
+    """Per part (a row phase; -1: shared tiles of every group; -2 - g: shared tiles of group g), the
+    tasks' row ranges tile [0, rows) in order, none empty, their lengths within one row of each other (an
+    even cut: 44 rows in 40 ranges are 1-2 rows each, not 22 ranges of 2), and every row range has the
+    same column blocks, which tile the output channels of a group. Shared tiles come either as one
+    part -1 or as one part per group (grouped: 4 groups of 32 channels, on several threads)."""
+    from fastdeconv.bench import CASES
+
+    case = CASES[name]
+    tasks = _runner_tasks(*case.arrays(), case.kwargs, threads)
+    columns = case.out_channels // case.groups
+    for part in set(tasks[:, 0]):
+        mine = tasks[tasks[:, 0] == part]
+        ranges = sorted({(r0, r1) for _, r0, r1, _, _ in mine})
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), ranges
+        lengths = [r1 - r0 for r0, r1 in ranges]
+        assert min(lengths) >= 1 and max(lengths) - min(lengths) <= 1, (part, lengths)
+        for r0, r1 in ranges:
+            blocks = sorted((c0, c1) for _, a, z, c0, c1 in mine if (a, z) == (r0, r1))
+            assert blocks[0][0] == 0 and blocks[-1][1] == columns, blocks
+            assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:])), blocks
+    shared = {part for part in set(tasks[:, 0]) if part < 0}
+    if shared:
+        per_group = case.groups > 1 and columns % 16 == 0
+        assert shared == ({-2 - g for g in range(case.groups)} if per_group else {-1}), shared
+
+
+@pytest.mark.parametrize("name", [name for name, _ in NAMED])
+def test_shared_tiles_exactly_where_every_phase_is_large(name):
+    """Tasks of shared tiles (part -1, every phase) for the shared_ cases, and per row phase otherwise:
+    so the shared_ cases above test that path."""
+    parts = set(_tasks(dict(NAMED)[name], 1)[:, 0])
+    assert parts == {-1} if name in SHARED else min(parts) >= 0, parts
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("name,case", [n for n in NAMED if n[0] in ("many_outputs", "odd_sizes_N3", "k3s1p1",
+                                                                      "tile_edges_J13_J14", "k4s2_groups",
+                                                                      "shared_k4s2p2_N2", "shared_k6s3",
+                                                                      "shared_groups_per_task")])
+def test_threaded_tasks_match_the_reference(name, case, threads):
+    """Row ranges of tile rows and output-channel blocks (many_outputs) on several threads."""
+    assert check_case(Case(**{**case.__dict__, "dtype": "float32", "threads": threads}), "winograd")
+
+
+@contextlib.contextmanager
+def stream_output(mode):
+    """Force the non-temporal output stores on or off for the block, then restore the automatic choice."""
+    _cpu.set_winograd_stream_output(mode)
+    try:
+        yield
+    finally:
+        _cpu.set_winograd_stream_output(None)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k4s2_groups", "k3s1p1", "channel_tails", "many_outputs",
+                                  "shared_k4s2p2_N2", "shared_groups_channel_tails"])
+def test_results_do_not_depend_on_where_out_starts(name, dtype, threads, isa, stream):
+    """With non-temporal stores on, output vectors on a cache line take them (AVX-512), the others
+    normal stores (winograd_tiles.template.c, wv_stream): out= arrays at every offset from a line get
+    the same bits, every element written, whichever store each vector took, with the stores on or off."""
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": dtype, "seed": 5})
+    x, w, b = case.arrays()
+    layer = fastdeconv.ConvTranspose2d(w, b, **case.kwargs(), algorithm="winograd")
+    with gemm_isa(isa), threaded(threads), stream_output(stream):
+        want = layer(x)
+        assert_close(want, case.reference(x, w, b), case.result_dtype, case.k, **case.describe("winograd"))
+        for offset in (0, np.dtype(dtype).itemsize, 32):
+            out = array_at(want.shape, dtype, offset)
+            out[...] = np.nan
+            assert layer(x, out=out) is out
+            np.testing.assert_array_equal(out, want, err_msg=f"out= {offset} bytes past a cache line")
+
+
+def _cpu_vendor():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":")[1].strip() for line in f if line.startswith("vendor_id")), None)
+    except OSError:
+        return None
+
+
+def _last_level_cache_bytes():
+    """The level-3 cache's size as Linux reports it (sysfs), or None."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    units = {"K": 1 << 10, "M": 1 << 20}
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units and text[:-1].isdigit() else None
+
+
+def test_non_temporal_stores_are_chosen_by_cpu_and_output_size():
+    """The automatic choice (src/winograd_tiles.h): every output on Intel CPUs with AVX-512 (measured
+    faster on a Sapphire Rapids Xeon); on other CPUs with AVX-512 the outputs of at least a third of the
+    last-level cache (CPUID's size, checked here against Linux's sysfs; on an AMD Zen 4 an 8 MiB output
+    was slower streamed and a 16 MiB one faster); none without AVX-512. Forcing either way and back
+    works, anything but a bool or None is refused."""
+    vendor = _cpu_vendor()
+    if vendor is None:
+        pytest.skip("no /proc/cpuinfo vendor_id here")
+    automatic = _cpu.get_winograd_stream_min_bytes()
+    if not _cpu.build_info()["gemm_isa_supported"]["avx512"]:
+        assert automatic is None
+    elif vendor == "GenuineIntel":
+        assert automatic == 0
+    else:
+        cache = _last_level_cache_bytes()
+        if cache is None:
+            pytest.skip("no level-3 cache size in sysfs to compare with")
+        assert automatic == cache // 1024 // 3 * 1024
+    with stream_output(True):
+        assert _cpu.get_winograd_stream_min_bytes() == 0
+    with stream_output(False):
+        assert _cpu.get_winograd_stream_min_bytes() is None
+    assert _cpu.get_winograd_stream_min_bytes() == automatic
+    with pytest.raises(TypeError, match="mode must be True, False or None, got 1"):
+        _cpu.set_winograd_stream_output(1)
+
+
+@pytest.mark.parametrize("kwargs,why", [
+    (dict(kernel=(4, 4), stride=2, dilation=2), "dilation 1"),
+    (dict(kernel=(7, 7), stride=2), "3 taps"),
+    (dict(kernel=(4, 4), stride=1), "3 taps"),
+])
+def test_unsupported_layers_say_why(kwargs, why):
+    w = np.ones((4, *kwargs["kernel"], 4), np.float32)
+    with pytest.raises(ValueError, match=why):
+        fastdeconv.ConvTranspose2d(w, stride=kwargs["stride"], dilation=kwargs.get("dilation", 1), algorithm="winograd")
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Error against the float64 reference, within 4x the direct sum's ("phase")
+# ----------------------------------------------------------------------------------------------
+
+ERROR_SHAPES = [  # (N, H, W, C_in, C_out, kernel, stride, padding, groups)
+    (2, 9, 7, 32, 32, 4, 2, 1, 1),
+    (1, 20, 20, 64, 32, 4, 2, 1, 1),     # F(3, 2) with shorter last tiles
+    (4, 4, 4, 256, 64, 4, 2, 1, 1),      # F(2, 2) packed (C_in/groups > 64)
+    (1, 14, 14, 64, 64, 3, 1, 1, 1),     # F(2, 3)
+    (1, 9, 9, 32, 32, 3, 2, 1, 1),       # the k3 s2 2x2 phase
+    (2, 10, 10, 64, 64, 4, 2, 1, 4),
+]
+
+
+def _relative_error(got, ref):
+    return float(np.max(np.abs(got.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", ERROR_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_error_within_four_times_the_direct_sums(shape, dtype, isa):
+    n, h, w_, cin, cout, k, s, p, groups = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((n, h, w_, cin))
+    w = rng.standard_normal((cin, k, k, cout // groups))
+    b = rng.standard_normal(cout)
+    kw = dict(stride=s, padding=p, groups=groups, output_padding=1 if (k, s) == (3, 2) else 0)
+    ref = fastdeconv.reference.conv_transpose2d(x, w, b, **kw)
+    errors = {}
+    with gemm_isa(isa):
+        for algorithm in ("phase", "winograd"):
+            got = fastdeconv.conv_transpose2d(x.astype(dtype), w.astype(dtype), b.astype(dtype), **kw,
+                                              algorithm=algorithm)
+            errors[algorithm] = _relative_error(got, ref)
+    floor = np.finfo(dtype).eps   # below one ulp of the largest output both are exact to rounding
+    assert errors["winograd"] <= 4 * max(errors["phase"], floor), errors
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. NaN and Inf land where the formula puts them
+# ----------------------------------------------------------------------------------------------
+
+def _poisoned(case: Case, where: str):
+    x, w, b = case.arrays()
+    x, w = x.copy(), w.copy()
+    if where == "x_inf_interior":
+        x[0, x.shape[1] // 2, x.shape[2] // 2, 1] = np.inf
+    elif where == "x_inf_corner":
+        x[-1, -1, -1, 0] = -np.inf
+    elif where == "x_nan_edge":
+        x[0, 0, x.shape[2] // 2, 2] = np.nan
+    elif where == "x_inf_minus_inf":   # +Inf and -Inf in one tile: Inf - Inf inside a transform
+        x[0, 2, 2, 0], x[0, 2, 3, 0] = np.inf, -np.inf
+    elif where == "w_inf":
+        w[1, 0, 1, 2] = np.inf
+    elif where == "w_nan":
+        w[0, -1, -1, 0] = np.nan
+    else:
+        raise ValueError(where)
+    return x, w, b
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "stored"])
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("where", ["x_inf_interior", "x_inf_corner", "x_nan_edge", "x_inf_minus_inf", "w_inf", "w_nan"])
+@pytest.mark.parametrize("name", ["k4s2p1", "k3s1p1", "k3s2_output_padding", "tile_edges_J13_J14", "shared_k4s2p2_N2",
+                                  "shared_groups_per_task"])
+def test_nonfinite_values_land_where_the_formula_puts_them(name, where, isa, stream):
+    """A task whose outputs are not all finite is recomputed by the phase kernel over what the
+    Winograd pass wrote (non-temporal stores fenced before it, when on)."""
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
+    x, w, b = _poisoned(case, where)
+    with np.errstate(invalid="ignore"):   # the reference's own Inf - Inf
+        ref = case.reference(x, w, b)
+    assert not np.isfinite(ref).all()
+    with gemm_isa(isa), threaded(3), stream_output(stream):   # several tasks: only the poisoned ones fall back
+        got = case.call(x, w, b, algorithm="winograd")
+    assert_close(got, ref, np.float32, case.k, case=name, where=where, isa=isa)
+
+
+@pytest.mark.parametrize("name", ["shared_k4s2p2_N2", "shared_k6s3", "shared_k4s2p0_output_padding",
+                                  "shared_groups_per_task"])
+def test_a_task_recomputes_exactly_its_own_rows(name):
+    """An Inf in each input row in turn, on many small tasks: the task (or tasks) that wrote NaN for it
+    recompute their rows by the phase kernel, and those rows meet the untouched tasks' with no row
+    left over. With shared tiles a task's rows differ per row phase (by the phase's origin)."""
+    case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
+    x, w, b = case.arrays()
+    previous = _cpu.set_task_flops(2e5)   # tasks of one to three tile rows
+    try:
+        with threaded(2):
+            assert len(_tasks(case, 2)) >= 4, _tasks(case, 2)
+            for row in range(x.shape[1]):
+                poisoned = x.copy()
+                poisoned[-1, row, x.shape[2] // 2, 0] = np.inf
+                with np.errstate(invalid="ignore"):
+                    ref = case.reference(poisoned, w, b)
+                got = case.call(poisoned, w, b, algorithm="winograd")
+                assert_close(got, ref, np.float32, case.k, case=name, row=row)
+    finally:
+        _cpu.set_task_flops(previous)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. The automatic choice
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,w_shape,kw,want", [
+    ((8, 8, 8, 256), (256, 4, 4, 128), dict(stride=2, padding=1), "winograd"),   # DCGAN
+    ((1, 56, 56, 64), (64, 3, 3, 64), dict(stride=1, padding=1), "winograd"),    # k3 s1
+    ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, padding=1, output_padding=1), "winograd"),
+    ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
+    ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
+    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), "phase"),         # too few channels
+    ((1, 32, 32, 16), (16, 4, 4, 64), dict(stride=2, padding=1), "phase"),
+    ((1, 32, 32, 64), (64, 2, 2, 64), dict(stride=2), "phase"),                 # one tap per phase
+    ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
+    ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
+])
+def test_automatic_choice(x_shape, w_shape, kw, want):
+    geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
+                                        kw.get("output_padding", 0), kw.get("dilation", 1), kw.get("groups", 1), None)
+    assert _cpu_backend.choose_algorithm(geometry) == want
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Properties: random layers it supports, against the reference (derandomized under $CI)
+# ----------------------------------------------------------------------------------------------
+
+def _draw_case(data, s, k, groups, n, hw, per_group, **extra):
+    """A Case of stride s and kernel k (drawn by the caller): N in [1, n], H and W in hw, channels per
+    group in [1, per_group], every padding and output padding, float32 or float64."""
+    return Case(
+        n=data.draw(st.integers(1, n), label="N"),
+        hw=(data.draw(st.integers(*hw), label="H"), data.draw(st.integers(*hw), label="W")),
+        c_in=groups * data.draw(st.integers(1, per_group), label="C_in/g"),
+        c_out=groups * data.draw(st.integers(1, per_group), label="C_out/g"),
+        groups=groups, kernel=k, stride=s,
+        padding=(data.draw(st.integers(0, k[0] - 1), label="padH"), data.draw(st.integers(0, k[1] - 1), label="padW")),
+        output_padding=(data.draw(st.integers(0, s[0] - 1), label="opH"), data.draw(st.integers(0, s[1] - 1), label="opW")),
+        dtype=data.draw(st.sampled_from(["float32", "float64"]), label="dtype"),
+        seed=data.draw(st.integers(0, 1000), label="seed"),
+        **extra,
+    )
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_random_layers_match_the_reference(data):
+    s = (data.draw(st.integers(1, 3), label="sH"), data.draw(st.integers(1, 3), label="sW"))
+    k = (data.draw(st.integers(1, 3 * s[0]), label="kH"), data.draw(st.integers(1, 3 * s[1]), label="kW"))
+    groups = data.draw(st.integers(1, 3), label="groups")
+    case = _draw_case(data, s, k, groups, n=3, hw=(1, 11), per_group=20, bias=data.draw(st.booleans(), label="bias"))
+    x, w, b = case.arrays()
+    try:
+        case.geometry(x, w)
+    except ValueError:   # an output smaller than 1 pixel: not a layer
+        assume(False)
+    isa = data.draw(st.sampled_from(GEMM_ISAS), label="isa")
+    with gemm_isa(isa):
+        assert check_case(case, "winograd")
+
+
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_large_images_match_the_reference(data):
+    """Images of 16-40 pixels with stride 2-3: phases of 24 outputs and more, where the phases share
+    their tiles when their taps agree (winograd_shared; about a fifth of the examples), with every padding
+    and output padding, serial and threaded."""
+    s = (data.draw(st.integers(2, 3), label="sH"), data.draw(st.integers(2, 3), label="sW"))
+    # multiples of the stride give every phase the same taps, as sharing needs; the others do not
+    k = tuple(data.draw(st.sampled_from([2 * si, 3 * si]) | st.integers(si + 1, 3 * si), label=f"k{axis}")
+              for si, axis in zip(s, "HW"))
+    groups = data.draw(st.integers(1, 2), label="groups")
+    case = _draw_case(data, s, k, groups, n=2, hw=(16, 40), per_group=8)
+    threads = data.draw(st.sampled_from([1, 3]), label="threads")
+    with threaded(threads):
+        assert check_case(case, "winograd")
