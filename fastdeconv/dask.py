@@ -47,16 +47,10 @@ packed data). Each process packs the weights on first use and keeps them (at mos
 ``_KERNEL_CACHE_SIZE`` layers, least recently used first out), so a worker packs a layer once
 however many blocks and graphs use it.
 
-Threads and processes
----------------------
-Every block runs the C kernels on ``fastdeconv.get_num_threads()`` threads of its worker. Dask runs
-several blocks at once (one per worker thread), so on each machine the workers' threads times
-fastdeconv's threads should not exceed the cores: :func:`configure_workers` sets that for a
-``dask.distributed`` cluster (distributed starts its workers with OMP_NUM_THREADS=1, so without it
-each block uses one thread). Workers must be started by "spawn" (distributed's default) or
-"forkserver": a process forked after its parent ran threaded calls computes serially (see
-``fastdeconv.set_num_threads``). With the local threaded scheduler, set
-``fastdeconv.set_num_threads(cores // dask threads)`` yourself.
+Threads: every block runs the C kernels on ``fastdeconv.get_num_threads()`` threads of its worker;
+:func:`configure_workers` shares each machine's cores between a cluster's worker threads and
+fastdeconv's (README, "Dask"). This adapter sits below the API that hands it dask arrays: it imports
+only the call contract, the parameters and the backends.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Write tests/data/pyobjc_selectors.json: what PyObjC says about every Objective-C name fastdeconv.metal uses.
+"""Write tests/metal/data/pyobjc_selectors.json: what PyObjC says about every Objective-C name fastdeconv.metal uses.
 
 For every selector the Metal layer calls or implements, every framework function, class and protocol it
-names (found by scanning fastdeconv/metal/ statically: tests/metal_objc_calls.py), the table holds
+names (found by scanning fastdeconv/metal/ statically: tests/metal/objc_calls.py), the table holds
 
 * ``signature``: the Objective-C type encoding (return type, ``@:``, argument types) and per-argument
   types, from PyObjC's header scans (``metadata/raw/<arch>-<sdk>.fwinfo`` in the framework's sdist);
@@ -43,11 +43,11 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "metal"))
 
-import metal_objc_calls  # noqa: E402
+import objc_calls as metal_objc_calls  # noqa: E402
 
-OUTPUT = ROOT / "tests" / "data" / "pyobjc_selectors.json"
+OUTPUT = ROOT / "tests" / "metal" / "data" / "pyobjc_selectors.json"
 
 #: framework → (PyPI package with its wheel and sdist, folder of its header scans inside the sdist).
 FRAMEWORKS = {
@@ -379,7 +379,7 @@ def build_table(uses, metadata: dict, decls: dict, sources: dict, versions: dict
         raise SystemExit("cannot build the table:\n  " + "\n  ".join(problems))
     return {
         "about": "What PyObjC's metadata says about every Objective-C name fastdeconv/metal/ uses. Written by "
-                 "scripts/extract_pyobjc_selectors.py; checked against the source by tests/test_metal_selectors.py.",
+                 "scripts/extract_pyobjc_selectors.py; checked against the source by tests/metal/test_metal_selectors.py.",
         "pyobjc": versions,
         "header_scans": {fw: src for fw, src in sorted(sources.items())},
         "selectors": dict(sorted(selectors.items())),
@@ -391,7 +391,7 @@ def build_table(uses, metadata: dict, decls: dict, sources: dict, versions: dict
 
 
 #: Apple constants whose values the layer hard-codes (fastdeconv/metal/descriptors.py, pyobjc_layer.py):
-#: recorded from the wheels' _metadata.py ``enums`` strings; tests/test_metal_selectors.py compares them.
+#: recorded from the wheels' _metadata.py ``enums`` strings; tests/metal/test_metal_selectors.py compares them.
 ENUMS = ("MTLResourceStorageModeShared", "MTLStorageModeManaged", "MPSDataTypeFloat32", "MPSDataTypeFloat16",
          "MPSGraphTensorNamedDataLayoutNHWC", "MPSGraphTensorNamedDataLayoutOIHW", "MPSGraphPaddingStyleExplicit",
          "MPSGraphPaddingModeConstant", "MPSImageFeatureChannelFormatFloat16", "MPSImageFeatureChannelFormatFloat32",

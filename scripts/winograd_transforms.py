@@ -17,7 +17,7 @@ point, so the filter transform of a smaller tile is a subset of a larger one's: 
 F(m', r) is point j of F(m, r), and its infinity is F(m, r)'s last point. The algorithm packs G g once
 for its largest tile and reads the smaller tiles' points (an image's last tile along an axis) from it.
 
-Run `python scripts/winograd_transforms.py > src/winograd_transforms.h`; tests/test_winograd.py checks
+Run `python scripts/winograd_transforms.py > src/winograd_transforms.h`; tests/cpu/test_winograd.py checks
 that the header is what this script prints.
 """
 from fractions import Fraction

@@ -162,7 +162,7 @@ def _ort_session(case, w, b, spinning=True):
     import onnxruntime as ort
 
     import fastdeconv
-    from fastdeconv.bench import _onnx_model
+    from fastdeconv.bench.suites import _onnx_model
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = fastdeconv.get_num_threads()   # the machine's threads, as ours

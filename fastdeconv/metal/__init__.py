@@ -40,7 +40,7 @@ _PATH_FRAMEWORKS = {
     "mps-cnn": ("Metal", "MetalPerformanceShaders"),
 }
 #: The oldest macOS each backend runs on: the newest "introduced" version among the selectors it
-#: calls (tests/data/pyobjc_selectors.json, from PyObjC's header scans; tests/test_metal_selectors.py
+#: calls (tests/metal/data/pyobjc_selectors.json, from PyObjC's header scans; tests/metal/test_metal_selectors.py
 #: checks every call against it). "mps": ``castTensor:toType:name:`` (float16 in, float32 compute) is
 #: macOS 12.0; the rest of MPSGraph is 11.0. One gate for the backend rather than a float16-only one,
 #: so that status("mps") and backend="auto" need no dtype (macOS 11 has had no security updates since

@@ -23,7 +23,7 @@
 //                                        * w[oc, ky, kx, i]   (x is zero outside the image)
 //
 // The index arithmetic is transcribed line by line into Python in fastdeconv/metal/executors.py
-// (class MslTranscription); tests/test_metal_descriptors.py runs that transcription against
+// (class MslTranscription); tests/metal/test_metal_descriptors.py runs that transcription against
 // backend="cpu" and checks that the ConvParams struct below has the field order of
 // fastdeconv.metal.descriptors.PARAM_FIELDS.
 // Every index fits in int: the direct-kernel descriptor refuses tensors of 2**31 elements or more.

@@ -2,13 +2,13 @@
 
 Nothing here decides anything: every number comes from the descriptor. Apple's frameworks are
 imported on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a
-fake of PyObjC with :func:`use_frameworks` (tests/test_metal_pyobjc.py: it records every call and
+fake of PyObjC with :func:`use_frameworks` (tests/metal/test_metal_pyobjc.py: it records every call and
 applies PyObjC's conversion rules) to check that every descriptor field reaches a Metal call.
 
 Every Objective-C call made here (PyObjC spells ``a:b:c:`` as ``a_b_c_``), and every method the
 MPSCNN data source implements, is listed with its PyObjC signature and the macOS version that
-introduced it in ``tests/data/pyobjc_selectors.json``, extracted from PyObjC's own metadata by
-``scripts/extract_pyobjc_selectors.py``; ``tests/test_metal_selectors.py`` re-reads this file and fails
+introduced it in ``tests/metal/data/pyobjc_selectors.json``, extracted from PyObjC's own metadata by
+``scripts/extract_pyobjc_selectors.py``; ``tests/metal/test_metal_selectors.py`` re-reads this file and fails
 on a call that is not in the table, has the wrong number of arguments, or needs a newer macOS than
 its backend's gate (:data:`fastdeconv.metal._MIN_MACOS`). In short:
 
@@ -48,7 +48,7 @@ How PyObjC converts what crosses the bridge here (pyobjc-core 13.0's C source; f
 
 Not verified without a Mac: that PyObjC applies these rules at run time as read here, and the ``@``
 arguments given as Python lists and dicts (``MPSShape`` lists, the feeds and results dictionaries),
-which PyObjC bridges as NSArray/NSDictionary proxies (tests/test_metal_device.py runs all of it).
+which PyObjC bridges as NSArray/NSDictionary proxies (tests/metal/test_metal_device.py runs all of it).
 """
 
 from __future__ import annotations

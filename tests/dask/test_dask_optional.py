@@ -22,12 +22,15 @@ _DaskLike.__module__ = "dask.array.core"
 @pytest.fixture
 def without_dask(monkeypatch):
     """Imports of dask fail (None in sys.modules makes `import dask` raise ImportError), and
-    fastdeconv.dask is not imported yet."""
+    fastdeconv.dask (and the demo that imports it) is not imported yet."""
     for name in [name for name in sys.modules if name == "dask" or name.startswith("dask.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "dask", None)
     monkeypatch.delitem(sys.modules, "fastdeconv.dask", raising=False)
     monkeypatch.delattr(fastdeconv, "dask", raising=False)
+    monkeypatch.delitem(sys.modules, "fastdeconv.bench.dask_demo", raising=False)
+    if "fastdeconv.bench" in sys.modules:
+        monkeypatch.delattr(sys.modules["fastdeconv.bench"], "dask_demo", raising=False)
 
 
 def test_import_fastdeconv_does_not_import_dask():
