@@ -1,4 +1,4 @@
-"""asv benchmarks: the overhead of fastdeconv on dask arrays (issue 12), against the in-memory call.
+"""asv benchmarks: the overhead of fastdeconv on dask arrays, against the in-memory call.
 
 Two layers, each on the same data in memory and as a dask array of large chunks (row bands of the whole
 width): a compute-bound one (64 -> 64 channels, k4 s2 p1: the phase GEMM) and a memory-bound one (2x

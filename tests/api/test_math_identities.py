@@ -1,4 +1,4 @@
-"""Facts from the issue that do not depend on the reference implementation.
+"""Identities of the operation that do not depend on the reference implementation.
 
 1. conv_transpose2d(·, W) is the adjoint of conv2d(·, W) (same stride/padding/dilation/groups).
 2. conv_transpose2d == conv2d of the zero-upsampled input with the flipped, channel-swapped kernel.
@@ -99,7 +99,7 @@ def test_transpose_is_conv_of_zero_upsampled_input(deconv_path, c, hw, op, bias)
 
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_seed_shape_fact(backend, dtype):
+def test_grouped_depthwise_output_shape(backend, dtype):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 5, 5, 4)).astype(dtype)
     w = rng.standard_normal((4, 3, 3, 2)).astype(dtype)

@@ -1,4 +1,4 @@
-"""Kernel regressions of issue 9: a non-finite value reaches exactly the pixels the formula puts it in;
+"""Kernel safety: a non-finite value reaches exactly the pixels the formula puts it in;
 geometries at the 64-bit bound of src/conv_geometry.h give exact results; unaligned arrays never reach
 the kernels; every SIMD kernel runs only where the CPU has all the features it was compiled for;
 col2im's workspace does not grow with the image."""

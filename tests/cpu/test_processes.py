@@ -1,4 +1,4 @@
-"""Processes and signals around the threaded CPU backend (issue 9).
+"""Processes and signals around the threaded CPU backend.
 
 * fork: the helper threads of the parent's pool do not exist in a forked child; the child must
   compute with fresh helpers of its own (threaded, no hang), whatever the start method.

@@ -1,4 +1,4 @@
-"""fastdeconv over dask arrays (issue 12): exact blockwise results, process workers, out of core.
+"""fastdeconv over dask arrays: exact blockwise results, process workers, out of core.
 
 * property tests: random parameters (the parameter space of test_cpu_vs_reference) on random
   chunkings of every axis (chunks of 1, chunks smaller than the halo) against the in-memory call;

@@ -1,4 +1,4 @@
-"""Dask is optional (issue 12): numpy use never imports it, and a dask array without it installed gets
+"""Dask is optional: numpy use never imports it, and a dask array without it installed gets
 an ImportError that names the extra. These run whether or not dask is installed."""
 
 from __future__ import annotations
