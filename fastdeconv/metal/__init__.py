@@ -7,7 +7,11 @@ or :func:`status` is asked on macOS.
 * :mod:`.descriptors` — what is sent to Metal (pure Python, any platform);
 * :mod:`.executors` — numpy execution of a descriptor under the documented semantics (any platform);
 * :mod:`.pyobjc_layer` — the Metal calls (macOS);
-* :mod:`.backend` — the backend objects behind ``backend="mps"`` / ``"mps-cnn"``, and per-layer state.
+* :mod:`.engine` — the per-layer GPU state (weights uploaded once, compiled graphs and kernels) and
+  the choice of engine (PyObjC, or the numpy executors inside :func:`.engine.simulated`);
+* :mod:`.mpscnn_model` — a numpy model of Apple's documented MPSCNN convolutions.
+
+The backend objects behind ``backend="mps"`` / ``"mps-cnn"`` are in ``fastdeconv._backends.mps``.
 
 backend="auto" uses "mps" when :func:`status` says it is available, the dtype is float32/float16 and
 the call's FLOPs reach :func:`mps_min_flops` (default :data:`DEFAULT_MPS_MIN_FLOPS`; **unmeasured**, see
