@@ -1,4 +1,4 @@
-/* Standalone test + benchmark for the indirect GEMM in src/gemm.c.
+/* Standalone test + benchmark for the indirect GEMM in src/kernels/gemm.c.
  *   test_gemm            full correctness sweep over every supported ISA, float and double
  *   test_gemm quick      small sweep (for valgrind)
  *   test_gemm bench [isa|all] [reps] [M N T Kc]   GFLOP/s for the deconvolution
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gemm.h"
+#include "kernels/gemm.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rng_next(void) {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "gemm_internal.h"
-#include "templating.h"
+#include "runtime/templating.h"
 
 /* ---------------------------------------------------------------- dispatch */
 

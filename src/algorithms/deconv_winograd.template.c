@@ -47,7 +47,7 @@
 
 #include <stdint.h>
 
-#include "winograd_tiles.h"
+#include "kernels/winograd_tiles.h"
 
 /* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
  * transforms and the GEMMs. */

@@ -1,35 +1,35 @@
 /* The CPU algorithm table. Each algorithm is one template file (see algorithm.h for the
  * protocol) instantiated here, and one entry of fd_algorithms[]: adding an algorithm is a
- * new src/<name>.template.c plus its three-line block and its entry below. Python reads the
+ * new src/algorithms/<name>.template.c plus its three-line block and its entry below. Python reads the
  * table through fastdeconv._cpu (names, supports, pack, run); the order is the listing order. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "algorithm.h"
-#include "depthwise_rows.h"
-#include "winograd_tiles.h"
+#include "kernels/depthwise_rows.h"
+#include "kernels/winograd_tiles.h"
 
-#define FD_TEMPLATE "deconv_col2im.template.c"
+#define FD_TEMPLATE "algorithms/deconv_col2im.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_phase.template.c"
+#define FD_TEMPLATE "algorithms/deconv_phase.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_winograd.template.c"
+#define FD_TEMPLATE "algorithms/deconv_winograd.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_depthwise.template.c"
+#define FD_TEMPLATE "algorithms/deconv_depthwise.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
-#define FD_TEMPLATE "conv_im2col.template.c"
+#define FD_TEMPLATE "algorithms/conv_im2col.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 
-#define FD_TEMPLATE "conv_depthwise.template.c"
+#define FD_TEMPLATE "algorithms/conv_depthwise.template.c"
 #include "instantiate_algorithm.h"
 #undef FD_TEMPLATE
 

@@ -1,6 +1,7 @@
 /* The CPU algorithm protocol.
  *
- * An algorithm is one template file, src/<name>.template.c, plus one row in src/algorithms.c.
+ * An algorithm is one template file, src/algorithms/<name>.template.c, plus one row in
+ * src/algorithms/algorithms.c.
  * The template is included three times (instantiate_algorithm.h): once with FD_ALGORITHM_SHARED
  * defined for its type-independent parts, once per element type with FD_REAL/FD_PREFIX defined
  * (templating.h) for packing and running, and once with FD_ALGORITHM_DESCRIPTOR defined to emit
@@ -28,9 +29,9 @@
 
 #include <string.h>
 
-#include "conv_geometry.h"
-#include "gemm.h"
-#include "templating.h"
+#include "runtime/conv_geometry.h"
+#include "kernels/gemm.h"
+#include "runtime/templating.h"
 
 enum { FD_FLOAT32 = 0, FD_FLOAT64 = 1, FD_NUM_DTYPES = 2 };
 
@@ -71,7 +72,7 @@ typedef struct {
     fd_run_fn run[FD_NUM_DTYPES];
 } fd_algorithm;
 
-/* The table (src/algorithms.c). */
+/* The table (src/algorithms/algorithms.c). */
 extern const fd_algorithm *const fd_algorithms[];
 extern const int fd_algorithm_count;
 

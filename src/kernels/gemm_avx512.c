@@ -7,7 +7,7 @@
 #if FD_GEMM_X86_SIMD
 #include <immintrin.h>
 
-#include "templating.h"
+#include "runtime/templating.h"
 
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx512)

@@ -4,19 +4,19 @@
  * (fd_gemm_get_isa), so FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See
  * depthwise_rows.template.c; the algorithms around them are deconv_depthwise.template.c and
  * conv_depthwise.template.c. */
-#include "conv_geometry.h"
-#include "templating.h"
+#include "runtime/conv_geometry.h"
+#include "runtime/templating.h"
 #include "gemm_internal.h"
 #include "depthwise_rows.h"
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 
-#define FD_TEMPLATE "depthwise_rows.template.c"
+#define FD_TEMPLATE "kernels/depthwise_rows.template.c"
 
 #define FD_TARGET
 #define FD_ISA portable
 #define FD_DW_SIMD 0
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_SIMD
@@ -132,7 +132,7 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_DW_KEEP(v) __asm__("" : "+x"(v))
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_KEEP
@@ -142,7 +142,7 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
 #define FD_ISA avx512
 #define FD_DW_KEEP(v) __asm__("" : "+v"(v))
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_KEEP

@@ -1,13 +1,13 @@
-/* The Winograd tile transforms of the "winograd" algorithm (src/deconv_winograd.template.c), float and
- * double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes, never
- * -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so FASTDECONV_ISA and
- * fd_gemm_set_isa force every path here too (src/winograd_tiles.c).
+/* The Winograd tile transforms of the "winograd" algorithm (src/algorithms/deconv_winograd.template.c),
+ * float and double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes,
+ * never -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so
+ * FASTDECONV_ISA and fd_gemm_set_isa force every path here too (src/kernels/winograd_tiles.c).
  *
  * One stride phase of a transposed convolution with dilation 1 is a stride-1 correlation over the
  * phase's output grid (jy, jx), jy < Jy, jx < Jx:
  *   y[jy, jx, o] = sum_{u<Ty, v<Tx} sum_i x[jy + y0 + u, jx + x0 + v, i] * g[u, v, i, o]
  * (zero outside the image). A tile is my x mx outputs starting at (jy, jx); with the 1-D transforms
- * fy = F(my, Ty) and fx = F(mx, Tx) (src/winograd_transforms.h, ny = my + Ty - 1 points, likewise nx):
+ * fy = F(my, Ty) and fx = F(mx, Tx) (winograd_transforms.h, ny = my + Ty - 1 points, likewise nx):
  *   input   V[p, q]  = sum_{a<ny, b<nx} BTy[p, a] BTx[q, b] x[jy + y0 + a, jx + x0 + b]   (Cig-vectors)
  *   GEMM    M[p, q]  = V[p, q] @ U[p, q],   U[p, q] = sum_{u, v} Gy[p, u] Gx[q, v] g[u, v]   (packed once)
  *   output  y[jy + a, jx + b] = bias + sum_{p<ny, q<nx} ATy[a, p] ATx[b, q] M[p, q],   only a, b inside.

@@ -8,7 +8,7 @@
 #include FD_TEMPLATE
 #undef FD_ALGORITHM_SHARED
 
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 
 #define FD_ALGORITHM_DESCRIPTOR
 #include FD_TEMPLATE

@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "conv_geometry.h"
+#include "runtime/conv_geometry.h"
 #include "gemm_internal.h"
-#include "templating.h"
+#include "runtime/templating.h"
 #include "winograd_tiles.h"
 
 #if FD_GEMM_X86_SIMD
@@ -15,7 +15,7 @@
 #endif
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
-#define FD_TEMPLATE "winograd_tiles.template.c"
+#define FD_TEMPLATE "kernels/winograd_tiles.template.c"
 
 /* GCC and clang: a generic vector type per ISA; elsewhere one element at a time. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -32,7 +32,7 @@
 #define FD_TARGET
 #define FD_ISA portable
 #define FD_WVEC_BYTES 16
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
@@ -41,7 +41,7 @@
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_WVEC_BYTES 32
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
@@ -49,7 +49,7 @@
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_ISA avx512
 #define FD_WVEC_BYTES 64
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
