@@ -28,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 #   runtime/     the thread pool, the weight fingerprint and the headers every layer shares
 C_SOURCES = [
     "src/runtime/pool.c",
-    "src/kernels/gemm.c",
+    "src/kernels/gemm_portable.c",
     "src/kernels/gemm_avx2.c",
     "src/kernels/gemm_avx512.c",
     "src/kernels/depthwise_rows.c",

@@ -10,7 +10,7 @@ out=${BUILD_DIR:-$root/build/tests_c}
 mkdir -p "$out"
 CC=${CC:-gcc}
 kernels=$root/src/kernels
-sources="$kernels/gemm.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $here/test_gemm.c"
+sources="$kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
     shift
