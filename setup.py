@@ -2,7 +2,7 @@
 
 Threads come from the package's own pool (src/runtime/pool.c: POSIX threads, or
 Win32 on Windows), so no OpenMP runtime is needed or bundled. No -march flags: SIMD
-kernels are chosen at run time (src/kernels/gemm.c).
+kernels are chosen at run time (src/kernels/gemm_dispatch.c).
 
 FASTDECONV_SANITIZE=1 builds a debugging extension instrumented with AddressSanitizer and
 UndefinedBehaviorSanitizer (GCC or Clang): -O1 -g, -fno-wrapv so that signed overflow
@@ -28,6 +28,7 @@ from setuptools.command.build_ext import build_ext
 #   runtime/     the thread pool, the weight fingerprint and the headers every layer shares
 C_SOURCES = [
     "src/runtime/pool.c",
+    "src/kernels/gemm_dispatch.c",
     "src/kernels/gemm_portable.c",
     "src/kernels/gemm_avx2.c",
     "src/kernels/gemm_avx512.c",

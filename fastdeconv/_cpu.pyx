@@ -56,6 +56,7 @@ cdef extern from "runtime/conv_geometry.h" nogil:
         Py_ssize_t groups
 
 cdef extern from "kernels/gemm.h" nogil:
+    enum: FD_ISA_COUNT
     int fd_gemm_isa_supported(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
@@ -230,9 +231,14 @@ def pool_helpers():
     return fd_pool_helpers()
 
 
+def _gemm_isa_names():
+    """The GEMM ISA paths by name, in the order of their ids (src/kernels/gemm_dispatch.c's table)."""
+    return [fd_gemm_isa_name(i).decode() for i in range(FD_ISA_COUNT)]
+
+
 def build_info():
     """Compile-time and run-time facts for show_config()."""
-    isas = {fd_gemm_isa_name(i).decode(): bool(fd_gemm_isa_supported(i)) for i in range(3)}
+    isas = {name: bool(fd_gemm_isa_supported(i)) for i, name in enumerate(_gemm_isa_names())}
     return {
         "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
@@ -242,13 +248,14 @@ def build_info():
 
 
 def set_gemm_isa(str name):
-    """Force a GEMM ISA path ("portable", "avx2", "avx512"); for tests and benchmarks."""
-    for i in range(3):
-        if fd_gemm_isa_name(i).decode() == name:
-            if fd_gemm_set_isa(i) != 0:
-                raise ValueError(f"the {name} GEMM path is not supported on this CPU/build")
-            return
-    raise ValueError(f"unknown GEMM ISA {name!r}; choose portable, avx2 or avx512")
+    """Force a GEMM ISA path by name (one of build_info()["gemm_isa_supported"]: "portable", "avx2",
+    "avx512"); for tests and benchmarks."""
+    names = _gemm_isa_names()
+    if name not in names:
+        *others, last = names
+        raise ValueError(f"unknown GEMM ISA {name!r}; choose {', '.join(others)} or {last}")
+    if fd_gemm_set_isa(names.index(name)) != 0:
+        raise ValueError(f"the {name} GEMM path is not supported on this CPU/build")
 
 
 def get_gemm_isa():

@@ -108,14 +108,15 @@ void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *con
 void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                        const double *packed_b, const double *bias, double *const *c_rows, int flags);
 
-/* ISA paths. Initial choice: the best supported one, overridable with the
- * Python package's $FASTDECONV_ISA=portable|avx2|avx512 (parsed once at import, see
- * fastdeconv/_cpu.pyx) or fd_gemm_set_isa. */
-enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2 };
-int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it */
+/* ISA paths, by id 0 .. FD_ISA_COUNT - 1; gemm_dispatch.c's table gives each its name and kernels.
+ * Ids ascend in preference: the initial choice is the highest supported one, overridable with the
+ * Python package's $FASTDECONV_ISA=<name> (parsed once at import, see fastdeconv/_cpu.pyx) or
+ * fd_gemm_set_isa. The depthwise and Winograd kernels follow the same choice. */
+enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2, FD_ISA_COUNT = 3 };
+int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it, else 0 (also for unknown ids) */
 int fd_gemm_get_isa(void);             /* the path in use */
 int fd_gemm_set_isa(int isa);          /* force a path (tests); 0 on success, -1 if unsupported */
-const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512" */
+const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512"; "unknown" for any other id */
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,8 @@
  * attribute, and fd_gemm_avx2_available() gates them at run time. */
 #include "gemm_internal.h"
 
+FD_GEMM_DECLARE_ISA(avx2)
+
 #if FD_GEMM_X86_SIMD
 #include <immintrin.h>
 

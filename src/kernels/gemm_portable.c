@@ -1,64 +1,15 @@
-/* Indirect GEMM: runtime ISA dispatch, B packing and the portable C path.
- * The layout and the math are documented in gemm.h. */
-#include <stdlib.h>
+/* The indirect GEMM's B packing (fd_?gemm_pack_b, fd_?gemm_pack_b_rows, fd_?gemm_packed_size) and its
+ * portable path (plain C, any CPU), instantiated from gemm_portable.template.c for float and double.
+ * The layout and the math are documented in gemm.h; gemm_dispatch.c chooses between this path and the
+ * SIMD ones. */
 #include <string.h>
 
 #include "gemm_internal.h"
 #include "runtime/templating.h"
 
-/* ---------------------------------------------------------------- dispatch */
+FD_GEMM_DECLARE_ISA(portable)
 
-/* -1 until resolved (fd_choice_get). */
-static int fd_gemm_isa_state = -1;
-
-const char *fd_gemm_isa_name(int isa) {
-    switch (isa) {
-    case FD_ISA_PORTABLE: return "portable";
-    case FD_ISA_AVX2: return "avx2";
-    case FD_ISA_AVX512: return "avx512";
-    default: return "unknown";
-    }
-}
-
-int fd_gemm_isa_supported(int isa) {
-    switch (isa) {
-    case FD_ISA_PORTABLE: return 1;
-    case FD_ISA_AVX2: return fd_gemm_avx2_available();
-    case FD_ISA_AVX512: return fd_gemm_avx512_available();
-    default: return 0;
-    }
-}
-
-static int best_supported_isa(void) {
-    if (fd_gemm_isa_supported(FD_ISA_AVX512)) return FD_ISA_AVX512;
-    if (fd_gemm_isa_supported(FD_ISA_AVX2)) return FD_ISA_AVX2;
-    return FD_ISA_PORTABLE;
-}
-
-int fd_gemm_get_isa(void) { return fd_choice_get(&fd_gemm_isa_state, best_supported_isa); }
-
-int fd_gemm_set_isa(int isa) {
-    if (!fd_gemm_isa_supported(isa)) return -1;
-    fd_choice_store(&fd_gemm_isa_state, isa);
-    return 0;
-}
-
-/* The public entry of one element type: the ISA path chosen at run time. */
-#define FD_GEMM_DISPATCH(p, real)                                                                              \
-    void fd_##p##gemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const real *const *a_rows,             \
-                               const real *packed_b, const real *bias, real *const *c_rows, int flags) {        \
-        if (M == 0 || N == 0) return;                                                                          \
-        switch (fd_gemm_get_isa()) {                                                                           \
-        case FD_ISA_AVX512: fd_##p##gemm_indirect_avx512(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break; \
-        case FD_ISA_AVX2: fd_##p##gemm_indirect_avx2(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;     \
-        default: fd_##p##gemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags); break;          \
-        }                                                                                                      \
-    }
-
-FD_GEMM_DISPATCH(s, float)
-FD_GEMM_DISPATCH(d, double)
-
-/* ------------------------------------------------- packing + portable path */
+int fd_gemm_portable_available(void) { return 1; }
 
 /* GCC's loop vectoriser would rather vectorise the k loop as a reduction (with
  * strided B gathers), which is several times slower; keep it to straight-line SLP

@@ -1,4 +1,4 @@
-/* Packing and the portable (plain C) indirect GEMM, included by gemm.c once per
+/* Packing and the portable (plain C) indirect GEMM, included by gemm_portable.c once per
  * type with FD_REAL, FD_PREFIX, FD_PANEL, FD_GRANULE, FD_PORTABLE_MR/NR defined. */
 #ifndef FD_REAL
 #error "FD_REAL must be defined"

@@ -10,7 +10,8 @@ out=${BUILD_DIR:-$root/build/tests_c}
 mkdir -p "$out"
 CC=${CC:-gcc}
 kernels=$root/src/kernels
-sources="$kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $here/test_gemm.c"
+gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c"
+sources="$gemm_sources $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
     shift
