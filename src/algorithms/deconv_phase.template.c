@@ -30,6 +30,12 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithm.h"
+#include "kernels/gemm.h"
+
 /* Phase tap tables live on the stack of the kernel, and B is packed per (group, phase). */
 #define FD_PHASE_MAX_STRIDE 32
 

@@ -5,13 +5,13 @@
  * With dilation 1, the Ty taps of row phase ry read Ty adjacent input rows: output row
  * oy = ry + jy*sH reads rows jy + y0 + u (u < Ty, y0 = the phase's smallest input offset) with the
  * sub-kernel row g[u] = w[ky_(Ty-1-u)] (the phase's taps in ascending ky, reversed); likewise columns.
- * So each phase is the correlation of winograd_tiles.h, computed in tiles of my x mx outputs by
+ * So each phase is the correlation of kernels/winograd_tiles.h, computed in tiles of my x mx outputs by
  * F(my, Ty) x F(mx, Tx) (the tile per tap count: FD_WINOGRAD_M<T>):
  *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
  *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
  *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation),
  *                    with non-temporal stores on Intel CPUs, and elsewhere for outputs of a third of
- *                    the last-level cache or more (AVX-512 path; winograd_tiles.h)
+ *                    the last-level cache or more (AVX-512 path; kernels/winograd_tiles.h)
  * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
  * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
  *
@@ -46,7 +46,13 @@
 #if defined(FD_ALGORITHM_SHARED)
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
+/* deconv_phase.template.c is instantiated before this one (algorithms.c): its rules, its blob (packed
+ * into this one's) and its kernel (the fallback) are used here. */
+#include "algorithm.h"
+#include "kernels/gemm.h"
 #include "kernels/winograd_tiles.h"
 
 /* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
@@ -277,8 +283,8 @@ static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *ta
     return count;
 }
 
-/* Whether the layer's outputs are written with non-temporal stores (winograd_tiles.h): by the size of
- * the whole output, so that every task of a call makes the same choice. */
+/* Whether the layer's outputs are written with non-temporal stores (kernels/winograd_tiles.h): by the
+ * size of the whole output, so that every task of a call makes the same choice. */
 static int winograd_streams(const fd_geometry *geo, size_t itemsize) {
     return (size_t)geo->batch * (size_t)geo->out_h * (size_t)geo->out_w * (size_t)geo->out_channels * itemsize >=
            fd_winograd_stream_min_bytes();

@@ -2,8 +2,8 @@
  * convolution), float and double, compiled once per ISA (portable, AVX2, AVX-512 through function
  * target attributes, never -march) and dispatched at run time by the same ISA choice as the GEMM
  * (fd_gemm_get_isa), so FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See
- * depthwise_rows.template.c; the algorithms around them are deconv_depthwise.template.c and
- * conv_depthwise.template.c. */
+ * depthwise_rows.template.c; the algorithms around them are algorithms/deconv_depthwise.template.c
+ * and algorithms/conv_depthwise.template.c. */
 #include "runtime/conv_geometry.h"
 #include "runtime/templating.h"
 #include "gemm_internal.h"
