@@ -122,9 +122,8 @@ static inline const void *fd_blob_part(const void *blob, size_t index) {
 /* ------------------------------------------------------------------ workspace rules */
 
 /* An indirect GEMM's chunk of output pixels: its A rows (chunk * K elements) take
- * FD_GEMM_CHUNK_BYTES of cache next to the B panel (512 KiB was the best of 128 KiB to 2 MiB on
- * the benchmark suite), in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and
- * FD_GEMM_CHUNK_MAX_PIXELS. */
+ * FD_GEMM_CHUNK_BYTES of cache next to the B panel (a size chosen on the benchmark suite), in
+ * multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and FD_GEMM_CHUNK_MAX_PIXELS. */
 #define FD_GEMM_CHUNK_BYTES (512 << 10)
 #define FD_GEMM_CHUNK_MAX_PIXELS 1536
 

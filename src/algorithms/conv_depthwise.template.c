@@ -2,10 +2,9 @@
  * "depthwise" is deconv_depthwise.template.c): convolution with one input channel per group
  * (groups == C_in, any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
- * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small (150x slower than
- * this on a MobileNet 3x3 layer), so it is a direct kernel vectorised over output channels, bound by
- * memory: the microkernel in kernels/depthwise_rows.c (one clone per ISA), with the weight reordered
- * to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
+ * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small, so it is a direct
+ * kernel vectorised over output channels, bound by memory: the microkernel in kernels/depthwise_rows.c
+ * (one clone per ISA), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */

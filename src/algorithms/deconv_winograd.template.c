@@ -26,8 +26,7 @@
  * Shared tiles (winograd_shared). Where every phase has the same taps and tile and at least
  * FD_WINOGRAD_SHARED_MIN_OUTPUTS outputs per axis (k4 s2 on images of 24 pixels and more), the phases'
  * tilings are shifted (by at most one output) so that their tiles read the same input windows: one input
- * transform then serves all sH*sW phases, whose GEMMs and output transforms follow. Measured on big
- * (256x256, 32 -> 16): the input transform went from 23 % of the time to 11 %, 4.9 -> 3.9 ms.
+ * transform then serves all sH*sW phases, whose GEMMs and output transforms follow.
  *
  * Groups: with shared tiles, every group of a task runs for a chunk's tiles before the next chunk, so
  * that a chunk's outputs are written whole (all channels of its pixels) while close in time. On several
@@ -84,7 +83,7 @@ static ptrdiff_t winograd_taps(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad
 /* The tile whose U the blob holds for an axis of `taps` taps: the largest (fd_winograd_for_taps), but
  * F(2, 2) for two taps in layers with more than 64 input channels per group. Those are GEMM-bound and
  * their U is large: F(3, 2)'s 16 points of Cig x Cog stream from the outer caches where F(2, 2)'s 9 stay
- * closer (measured: dcgan1-3 faster with F(2, 2), the 32-channel layers with F(3, 2)). NULL without taps. */
+ * closer. NULL without taps. */
 static const fd_winograd_1d *winograd_packed_tile(ptrdiff_t taps, ptrdiff_t in_per_group) {
     if (taps <= 0) return NULL;
     return taps == 2 && in_per_group > 64 ? fd_winograd_find(2, 2) : fd_winograd_for_taps(taps);
@@ -176,8 +175,7 @@ static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, win
 
 /* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
  * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
- * GEMM reads its B for enough rows, else at least 12. Measured: stride1 (64 channels) ran 1.67x the
- * phase kernel with 24-tile chunks and 1.36x with 48; dcgan1 (512 KiB per point) needs the 48. */
+ * GEMM reads its B for enough rows, else at least 12 (smaller chunks suit the smaller layers). */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
     const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
@@ -216,10 +214,8 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
 }
 
 /* Tiles a task should get at least: every task reads the U of all its points (ny*nx times the phase
- * weights of its columns), so one that has few tiles is bound by reading it (measured on the 16-core
- * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). A build may override
- * it to measure another value: 32 (same Xeon call, 16 threads) took grouped from 22 tasks to 44 and
- * 0.50 to 0.41 ms, but dcgan1 from 0.48 to 0.55 ms, within that machine's noise of +-15 %. */
+ * weights of its columns), so one that has few tiles is bound by reading it. A build may override it
+ * to measure another value. */
 #ifndef FD_WINOGRAD_MIN_TASK_TILES
 #define FD_WINOGRAD_MIN_TASK_TILES 48
 #endif

@@ -155,8 +155,8 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 
 /* float, one output channel per input channel (Cog == 1), AVX-512: each output pixel is
  * accumulated in registers over all its taps and stored once, 32 channels (two masked zmm)
- * at a time. The generic kernel's read-modify-write of a whole output row per tap was bound
- * by L1/L2 traffic (measured 3x slower on fcn8s_final). Same math as the template. */
+ * at a time. The generic kernel's read-modify-write of a whole output row per tap is bound
+ * by L1/L2 traffic. Same math as the template. */
 FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES) static int fd_sdepthwise_rows_avx512_c1(
     const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *FD_RESTRICT x,
     const float *FD_RESTRICT wr, const float *FD_RESTRICT bias, float *FD_RESTRICT y, ptrdiff_t row_begin,
