@@ -111,4 +111,6 @@ extensions = [
 setup(
     ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}),
     cmdclass={"build_ext": BuildExt},
+    # The shim's source ships in the sdist (MANIFEST.in); a wheel holds only its compiled extension.
+    exclude_package_data={"fastdeconv": ["_cpu.pyx", "_cpu.c"]},
 )
