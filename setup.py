@@ -1,8 +1,8 @@
 """Extension modules only; the metadata is in pyproject.toml.
 
-Threads come from the package's own pool (src/pool.c: POSIX threads, or Win32 on
-Windows), so no OpenMP runtime is needed or bundled. No -march flags: SIMD
-kernels are chosen at run time (src/gemm.c).
+Threads come from the package's own pool (src/runtime/pool.c: POSIX threads, or
+Win32 on Windows), so no OpenMP runtime is needed or bundled. No -march flags: SIMD
+kernels are chosen at run time (src/kernels/gemm_dispatch.c).
 
 FASTDECONV_SANITIZE=1 builds a debugging extension instrumented with AddressSanitizer and
 UndefinedBehaviorSanitizer (GCC or Clang): -O1 -g, -fno-wrapv so that signed overflow
@@ -22,17 +22,20 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# The GEMM and depthwise microkernels (one file per ISA where needed) and the algorithm table,
-# which instantiates every src/*.template.c algorithm (src/algorithms.c), and the thread pool.
+# src/ holds C only, in role folders; each layer includes only the ones below it:
+#   algorithms/  the algorithm table (algorithms.c), which instantiates every algorithms/*.template.c
+#   kernels/     the GEMM (one file per ISA, and the run-time ISA dispatch), depthwise and Winograd kernels
+#   runtime/     the thread pool, the weight fingerprint and the headers every layer shares
 C_SOURCES = [
-    "src/pool.c",
-    "src/gemm.c",
-    "src/gemm_avx2.c",
-    "src/gemm_avx512.c",
-    "src/depthwise_rows.c",
-    "src/winograd_tiles.c",
-    "src/algorithms.c",
-    "src/fingerprint.c",
+    "src/runtime/pool.c",
+    "src/kernels/gemm_dispatch.c",
+    "src/kernels/gemm_portable.c",
+    "src/kernels/gemm_avx2.c",
+    "src/kernels/gemm_avx512.c",
+    "src/kernels/depthwise_rows.c",
+    "src/kernels/winograd_tiles.c",
+    "src/algorithms/algorithms.c",
+    "src/runtime/fingerprint.c",
 ]
 
 
@@ -79,7 +82,7 @@ class BuildExt(build_ext):
                 # Python's own CFLAGS carry -g: 2.6 MB of debug sections in a 0.4 MB extension.
                 # Released builds drop them at link time (sanitizer builds keep them for the reports).
                 ext.extra_link_args.append("-Wl,-S" if sys.platform == "darwin" else "-Wl,--strip-debug")
-            if unix:   # POSIX threads for src/pool.c (glibc before 2.34 keeps them in libpthread)
+            if unix:   # POSIX threads for src/runtime/pool.c (glibc before 2.34 keeps them in libpthread)
                 ext.extra_compile_args.append("-pthread")
                 ext.extra_link_args.append("-pthread")
             if sanitize:
@@ -95,10 +98,12 @@ class BuildExt(build_ext):
 extensions = [
     Extension(
         "fastdeconv._cpu",
-        sources=["src/_cpu.pyx", *C_SOURCES],
+        # The Cython shim sits next to the Python that imports it; it includes the C headers by their
+        # paths from src/ ("runtime/pool.h"), as the C files do across folders.
+        sources=["fastdeconv/_cpu.pyx", *C_SOURCES],
         include_dirs=["src", np.get_include()],
         # Headers and *.template.c files are #included: rebuild when they change.
-        depends=sorted(glob.glob("src/*.h") + glob.glob("src/*.template.c") + glob.glob("src/third_party/*/*.h")),
+        depends=sorted(glob.glob("src/*/*.h") + glob.glob("src/*/*.template.c") + glob.glob("src/third_party/*/*.h")),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     )
 ]
@@ -106,4 +111,6 @@ extensions = [
 setup(
     ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}),
     cmdclass={"build_ext": BuildExt},
+    # The shim's source ships in the sdist (MANIFEST.in); a wheel holds only its compiled extension.
+    exclude_package_data={"fastdeconv": ["_cpu.pyx", "_cpu.c"]},
 )

@@ -118,8 +118,8 @@ class Float64Suite:
 
 class WinogradStoresSuite:
     """Winograd's output stores (by default non-temporal on Intel with AVX-512, and elsewhere with
-    AVX-512 for outputs of a third of the last-level cache or more; src/winograd_tiles.h), forced on
-    and off: the layer alone, and followed by a 3x3 convolution that reads its output (a
+    AVX-512 for outputs of a third of the last-level cache or more; src/kernels/winograd_tiles.h),
+    forced on and off: the layer alone, and followed by a 3x3 convolution that reads its output (a
     non-temporal store leaves the output out of cache, and the next layer pays for that)."""
 
     params = [["grouped", "big", "dcgan3"], [True, False], [1, 2]]

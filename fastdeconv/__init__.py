@@ -19,7 +19,7 @@ def _import_extension():
         if importlib.util.find_spec(f"{__name__}._cpu") is not None:
             raise   # it is there but failed to load (a missing runtime library, ...): the real error says why
         folder = os.path.dirname(os.path.abspath(__file__))
-        others = sorted(name for name in os.listdir(folder) if name.startswith("_cpu.") and name != "_cpu.pyx")
+        others = sorted(name for name in os.listdir(folder) if name.startswith("_cpu.") and name not in ("_cpu.pyx", "_cpu.c"))
         built_for = f" (found {', '.join(others)}: built for another Python)" if others else ""
         raise ImportError(
             f"the compiled extension fastdeconv._cpu is missing from {folder}{built_for}: this fastdeconv "

@@ -9,7 +9,9 @@ root=$(cd "$here/../.." && pwd)
 out=${BUILD_DIR:-$root/build/tests_c}
 mkdir -p "$out"
 CC=${CC:-gcc}
-sources="$root/src/gemm.c $root/src/gemm_avx2.c $root/src/gemm_avx512.c $here/test_gemm.c"
+kernels=$root/src/kernels
+gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c"
+sources="$gemm_sources $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
     shift
@@ -35,9 +37,9 @@ else
     echo "sanitizers unavailable: skipped"
 fi
 
-# The thread pool (src/pool.c): every task once under concurrent submitters, stop, fork; then under
-# ThreadSanitizer (without the fork part, which TSan cannot follow) and AddressSanitizer + UBSan.
-pool_sources="$root/src/pool.c $here/test_pool.c"
+# The thread pool (src/runtime/pool.c): every task once under concurrent submitters, stop, fork; then
+# under ThreadSanitizer (without the fork part, which TSan cannot follow) and AddressSanitizer + UBSan.
+pool_sources="$root/src/runtime/pool.c $here/test_pool.c"
 $CC -O2 -g -std=c99 -Wall -Wextra -pthread -I"$root/src" $pool_sources -o "$out/test_pool"
 "$out/test_pool"
 # again with helpers that never spin: each sleeps between jobs and is woken down the chain

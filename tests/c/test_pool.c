@@ -1,5 +1,5 @@
-/* Standalone test of the thread pool (src/pool.c), built and run by tests/c/build.sh, also under
- * ThreadSanitizer and AddressSanitizer + UBSan there.
+/* Standalone test of the thread pool (src/runtime/pool.c), built and run by tests/c/build.sh, also
+ * under ThreadSanitizer and AddressSanitizer + UBSan there.
  *
  *   every task of a job runs exactly once, whatever the task count, the participants and however many
  *   threads submit jobs at once (several submitters: most of their jobs run on the caller alone);
@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pool.h"
+#include "runtime/pool.h"
 
 #define MAX_TASKS 3000
 #define MAX_SLOTS 8

@@ -1,5 +1,6 @@
 /* Instantiate the algorithm template named by FD_TEMPLATE (see algorithm.h): its type-independent
- * parts, its float and double parts (instantiate_types.h), then its descriptor. */
+ * parts, its float and double parts (runtime/instantiate_types.h), then its descriptor. FD_TEMPLATE is
+ * undefined at the end, ready for the next algorithm. */
 #ifndef FD_TEMPLATE
 #error "FD_TEMPLATE must name the algorithm template to instantiate"
 #endif
@@ -8,8 +9,10 @@
 #include FD_TEMPLATE
 #undef FD_ALGORITHM_SHARED
 
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 
 #define FD_ALGORITHM_DESCRIPTOR
 #include FD_TEMPLATE
 #undef FD_ALGORITHM_DESCRIPTOR
+
+#undef FD_TEMPLATE

@@ -1,9 +1,9 @@
 /* fastdeconv's own thread pool: runs one call's tasks on the calling thread and helper threads.
  *
- * Why not OpenMP (which this replaces): on a machine busy with other processes, an OpenMP region's
- * caller waits at the region's end for a helper the OS has not scheduled yet, a descheduled thread's
- * share is not taken by another, GNU libgomp's idle threads spin (stealing the CPU the neighbours and
- * our own caller need), and its pool hangs after fork(). Here:
+ * Why not OpenMP: on a machine busy with other processes, an OpenMP region's caller waits at the region's
+ * end for a helper the OS has not scheduled yet, a descheduled thread's share is not taken by another,
+ * GNU libgomp's idle threads spin (stealing the CPU the neighbours and our own caller need), and its pool
+ * hangs after fork(). Here:
  *
  * - A job is (function, context, task count). The caller and the helpers claim tasks one at a time
  *   from one atomic counter, so a thread that the OS deschedules delays only the task it holds, and

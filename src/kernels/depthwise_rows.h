@@ -8,7 +8,7 @@
  * reordered to (kH, kW, C_out). */
 #ifndef FASTDECONV_DEPTHWISE_ROWS_H
 #define FASTDECONV_DEPTHWISE_ROWS_H
-#include "conv_geometry.h"
+#include "runtime/conv_geometry.h"
 
 int fd_sdepthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *x,
                        const float *wr, const float *bias, float *y, ptrdiff_t row_begin, ptrdiff_t row_end);

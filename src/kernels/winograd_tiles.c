@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "conv_geometry.h"
+#include "runtime/conv_geometry.h"
 #include "gemm_internal.h"
-#include "templating.h"
+#include "runtime/templating.h"
 #include "winograd_tiles.h"
 
 #if FD_GEMM_X86_SIMD
@@ -15,7 +15,7 @@
 #endif
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
-#define FD_TEMPLATE "winograd_tiles.template.c"
+#define FD_TEMPLATE "kernels/winograd_tiles.template.c"
 
 /* GCC and clang: a generic vector type per ISA; elsewhere one element at a time. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -32,7 +32,7 @@
 #define FD_TARGET
 #define FD_ISA portable
 #define FD_WVEC_BYTES 16
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
@@ -41,7 +41,7 @@
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_WVEC_BYTES 32
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
@@ -49,7 +49,7 @@
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_ISA avx512
 #define FD_WVEC_BYTES 64
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_WVEC_BYTES
@@ -58,53 +58,51 @@
  * same lists; this keeps the transforms safe on their own). */
 static int winograd_avx512_ok(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES); }
 static int winograd_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
+#endif
+static int winograd_portable_ok(void) { return 1; }
+
+/* The clones, in the order in which they stand in for one another: the GEMM's ISA choice (gemm.h) takes
+ * its own clone, or the first one after it in this table whose features this CPU has; an ISA without a
+ * clone here takes the portable one, which is last. A new ISA is its instantiation above and its line
+ * here. */
+typedef struct {
+    int isa; /* the GEMM's ISA id */
+    int (*ok)(void);
+    void (*sinput)(const fd_winograd_phase *, const fd_winograd_tile *, ptrdiff_t, float *);
+    int (*soutput)(const fd_winograd_phase *, const fd_winograd_tile *, ptrdiff_t, const float *);
+    void (*dinput)(const fd_winograd_phase *, const fd_winograd_tile *, ptrdiff_t, double *);
+    int (*doutput)(const fd_winograd_phase *, const fd_winograd_tile *, ptrdiff_t, const double *);
+} winograd_clone;
+
+#define WINOGRAD_CLONE(id, isa)                                                                             \
+    {id, winograd_##isa##_ok, fd_swinograd_input_##isa, fd_swinograd_output_##isa, fd_dwinograd_input_##isa, \
+     fd_dwinograd_output_##isa}
+static const winograd_clone winograd_clones[] = {
+#if FD_GEMM_X86_SIMD
+    WINOGRAD_CLONE(FD_ISA_AVX512, avx512),
+    WINOGRAD_CLONE(FD_ISA_AVX2, avx2),
+#endif
+    WINOGRAD_CLONE(FD_ISA_PORTABLE, portable),
+};
+#undef WINOGRAD_CLONE
+
+static const winograd_clone *winograd_clone_for(int isa) {
+    const size_t last = sizeof(winograd_clones) / sizeof(winograd_clones[0]) - 1;
+    size_t i = 0;
+    while (i < last && winograd_clones[i].isa != isa) i++;
+    while (i < last && !winograd_clones[i].ok()) i++;
+    return &winograd_clones[i];
+}
 
 #define WINOGRAD_DISPATCH(prefix, real)                                                                     \
     void fd_##prefix##winograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, real *V) {                                            \
-        switch (fd_gemm_get_isa()) {                                                                        \
-        case FD_ISA_AVX512:                                                                                 \
-            if (winograd_avx512_ok()) {                                                                     \
-                fd_##prefix##winograd_input_avx512(ph, tiles, count, V);                                    \
-                return;                                                                                     \
-            }                                                                                               \
-            /* fall through */                                                                              \
-        case FD_ISA_AVX2:                                                                                   \
-            if (winograd_avx2_ok()) {                                                                       \
-                fd_##prefix##winograd_input_avx2(ph, tiles, count, V);                                      \
-                return;                                                                                     \
-            }                                                                                               \
-            break;                                                                                          \
-        default:                                                                                            \
-            break;                                                                                          \
-        }                                                                                                   \
-        fd_##prefix##winograd_input_portable(ph, tiles, count, V);                                          \
+        winograd_clone_for(fd_gemm_get_isa())->prefix##input(ph, tiles, count, V);                          \
     }                                                                                                       \
     int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
                                      ptrdiff_t count, const real *M) {                                      \
-        switch (fd_gemm_get_isa()) {                                                                        \
-        case FD_ISA_AVX512:                                                                                 \
-            if (winograd_avx512_ok()) return fd_##prefix##winograd_output_avx512(ph, tiles, count, M);      \
-            /* fall through */                                                                              \
-        case FD_ISA_AVX2:                                                                                   \
-            if (winograd_avx2_ok()) return fd_##prefix##winograd_output_avx2(ph, tiles, count, M);          \
-            break;                                                                                          \
-        default:                                                                                            \
-            break;                                                                                          \
-        }                                                                                                   \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
+        return winograd_clone_for(fd_gemm_get_isa())->prefix##output(ph, tiles, count, M);                  \
     }
-#else
-#define WINOGRAD_DISPATCH(prefix, real)                                                                     \
-    void fd_##prefix##winograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
-                                     ptrdiff_t count, real *V) {                                            \
-        fd_##prefix##winograd_input_portable(ph, tiles, count, V);                                          \
-    }                                                                                                       \
-    int fd_##prefix##winograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles,             \
-                                     ptrdiff_t count, const real *M) {                                      \
-        return fd_##prefix##winograd_output_portable(ph, tiles, count, M);                                  \
-    }
-#endif
 
 /* Non-temporal output stores (winograd_tiles.h). The mode: FD_WINOGRAD_STREAM_AUTO, 0 or 1, as set by
  * fd_winograd_set_stream_output; the automatic threshold in KiB: -1 until resolved (fd_choice_get), then

@@ -1,9 +1,24 @@
 /* The CPU algorithm protocol.
  *
- * An algorithm is one template file, src/<name>.template.c, plus one row in src/algorithms.c.
+ * src/ is layered: algorithms/ (this protocol, the table algorithms.c and one template per algorithm)
+ * uses kernels/ (the GEMM with its run-time ISA dispatch, the depthwise rows, the Winograd tiles), which
+ * uses runtime/ (conv_geometry.h, templating.h and instantiate_types.h, which every layer shares, and the
+ * thread pool and the fingerprint that the Cython shim runs on); never the other way. A header of another
+ * folder is included by its path from src/ ("kernels/gemm.h"), one of the same folder plainly.
+ *
+ * ADDING AN ALGORITHM is its template file plus its entry in algorithms.c:
+ *   - <kind>_<name>.template.c in this folder (deconv_ for a transposed convolution, conv_ for a
+ *     convolution), which includes what it uses in its FD_ALGORITHM_SHARED part: this header and the
+ *     kernels' it calls ("kernels/gemm.h", "kernels/depthwise_rows.h", "kernels/winograd_tiles.h");
+ *   - in algorithms.c, the two lines that instantiate it (FD_TEMPLATE names it by its path from src/,
+ *     since runtime/instantiate_types.h includes it) and its row in fd_algorithms[], whose order is the
+ *     listing order. A template may use what one instantiated before it defines (deconv_winograd falls
+ *     back on deconv_phase's kernel and packs its blob), so it comes after that one.
+ * fastdeconv/_cpu.pyx reads the table by name; no other C or Cython code names an algorithm.
+ *
  * The template is included three times (instantiate_algorithm.h): once with FD_ALGORITHM_SHARED
  * defined for its type-independent parts, once per element type with FD_REAL/FD_PREFIX defined
- * (templating.h) for packing and running, and once with FD_ALGORITHM_DESCRIPTOR defined to emit
+ * (runtime/templating.h) for packing and running, and once with FD_ALGORITHM_DESCRIPTOR defined to emit
  * its descriptor, `const fd_algorithm fd_algorithm_<name>`:
  *
  *   unsupported(geo)        NULL when the algorithm can run this layer, else a sentence saying why not
@@ -20,17 +35,16 @@
  *                           computes one task; threads run distinct tasks concurrently; `workspace`
  *                           (the bytes workspace() asked for) starts on an FD_BLOB_ALIGN boundary
  *
+ * workspace and tasks may be shared rules defined below (fd_no_workspace, fd_indirect_gemm_workspace,
+ * fd_image_band_tasks, fd_output_row_tasks), which the template names by a #define (FD_DEFINE_ALGORITHM).
  * Every function returns FD_OK or a negative status and touches only its arguments.
  * The kernels trust the geometry: fastdeconv/_params.py validated it.
  */
 #ifndef FASTDECONV_ALGORITHM_H
 #define FASTDECONV_ALGORITHM_H
 
-#include <string.h>
-
-#include "conv_geometry.h"
-#include "gemm.h"
-#include "templating.h"
+#include "runtime/conv_geometry.h"
+#include "runtime/templating.h"
 
 enum { FD_FLOAT32 = 0, FD_FLOAT64 = 1, FD_NUM_DTYPES = 2 };
 
@@ -71,7 +85,7 @@ typedef struct {
     fd_run_fn run[FD_NUM_DTYPES];
 } fd_algorithm;
 
-/* The table (src/algorithms.c). */
+/* The table (algorithms.c). */
 extern const fd_algorithm *const fd_algorithms[];
 extern const int fd_algorithm_count;
 
@@ -108,9 +122,8 @@ static inline const void *fd_blob_part(const void *blob, size_t index) {
 /* ------------------------------------------------------------------ workspace rules */
 
 /* An indirect GEMM's chunk of output pixels: its A rows (chunk * K elements) take
- * FD_GEMM_CHUNK_BYTES of cache next to the B panel (512 KiB was the best of 128 KiB to 2 MiB on
- * the benchmark suite), in multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and
- * FD_GEMM_CHUNK_MAX_PIXELS. */
+ * FD_GEMM_CHUNK_BYTES of cache next to the B panel (a size chosen on the benchmark suite), in
+ * multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and FD_GEMM_CHUNK_MAX_PIXELS. */
 #define FD_GEMM_CHUNK_BYTES (512 << 10)
 #define FD_GEMM_CHUNK_MAX_PIXELS 1536
 
@@ -129,6 +142,14 @@ static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, size_t itemsize) {
 #define FD_COL2IM_MIN_PIXELS 48
 
 static inline size_t fd_itemsize(int dtype) { return dtype == FD_FLOAT64 ? sizeof(double) : sizeof(float); }
+
+/* A workspace rule (fd_workspace_fn) for algorithms that need none. */
+static inline fd_workspace fd_no_workspace(const fd_geometry *geo, int dtype) {
+    fd_workspace ws = {0, 0};
+    (void)geo;
+    (void)dtype;
+    return ws;
+}
 
 /* A workspace rule (fd_workspace_fn) for an indirect GEMM over kH*kW taps: a chunk of output pixels
  * (fd_gemm_chunk) with kH*kW A-row pointers and one C-row pointer each. */
@@ -177,6 +198,14 @@ static inline void fd_row_range_tasks(ptrdiff_t rows, int threads, ptrdiff_t par
     if (per_task < 1) per_task = 1;
     for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_task)
         fd_task_add(tasks, count, part, r0, r0 + per_task < rows ? r0 + per_task : rows, 0, cols);
+}
+
+/* A tasks rule (fd_tasks_fn): ranges of the N*H_out output rows, counted across the batch
+ * (fd_row_range_tasks, part 0, no columns). */
+static inline ptrdiff_t fd_output_row_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    ptrdiff_t count = 0;
+    fd_row_range_tasks(geo->batch * geo->out_h, threads, 0, 1, 0, tasks, &count);
+    return count;
 }
 
 /* ------------------------------------------------------------------ stride phases

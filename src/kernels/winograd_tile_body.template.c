@@ -109,7 +109,8 @@ FD_WINLINE int FD_ISA_FN(FD_CAT(win_output_tiles_, FD_WIN_BODY))(const fd_winogr
     const int stream = ph->stream;
     WV guard = FD_ISA_FN(wv_zero)();
     for (ptrdiff_t t = 0; t < count; t++) {
-        /* a tile of shared phases (deconv_winograd.template.c) may start before the phase or end past it */
+        /* a tile of shared phases (algorithms/deconv_winograd.template.c) may start before the phase or end
+           past it */
         const ptrdiff_t jy = tiles[t].jy, jx = tiles[t].jx, rows = ph->Jy - jy, columns = ph->Jx - jx;
         const ptrdiff_t skip_rows = jy < 0 ? -jy : 0, skip_cols = jx < 0 ? -jx : 0;
         if (rows <= skip_rows || columns <= skip_cols) continue;

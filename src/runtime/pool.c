@@ -162,18 +162,17 @@ static struct {
     int sleeping; /* helpers waiting on `work`; written under lock */
 } pool = {FD_LOCK_INIT, FD_COND_INIT, FD_COND_INIT, 0, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
-/* Spinning. Waking a sleeping thread costs a system call on each side (tens of microseconds in some
- * sandboxes, more on the 16-core Xeon VM), which a call of 0.1 ms cannot afford on a many-core machine.
- * So a participant that runs out of tasks watches the job's last tasks (the caller) or its end (a
- * helper) for up to FD_POOL_TAIL_SPIN_NS, and a helper then watches for the next job for
- * FD_POOL_SPIN_NS, before it sleeps. The tail is a task at most, and a task about a quarter of a
- * thread's share: 2 ms covers calls of up to about 8 ms, where a wake-up still shows. (With 200 us for
- * both, on the Xeon at 4 and 16 threads, the helpers that ran out of tasks first slept in almost every
- * call of grouped and big, and were woken one after another at the start of the next.) Only while no
- * other process's thread is running or waiting for a CPU (fd_pool_others_running, sampled at most once
- * per millisecond): on a busy machine a spinning thread takes the CPU that the busy neighbours and our
- * own working threads need, so there everyone sleeps at once. (tests/c/build.sh also builds it with 0,
- * so that its tests take the sleeping paths.) */
+/* Spinning. Waking a sleeping thread costs a system call on each side, which a call of 0.1 ms cannot
+ * afford on a many-core machine. So a participant that runs out of tasks watches the job's last tasks
+ * (the caller) or its end (a helper) for up to FD_POOL_TAIL_SPIN_NS, and a helper then watches for the
+ * next job for FD_POOL_SPIN_NS, before it sleeps. The tail is a task at most, and a task about a quarter
+ * of a thread's share: 2 ms covers calls of up to about 8 ms, where a wake-up still shows. (With the tail
+ * spin as short as the other, the helpers that ran out of tasks first slept in almost every call and were
+ * woken one after another at the start of the next.) Only while no other process's thread is running or
+ * waiting for a CPU (fd_pool_others_running, sampled at most once per millisecond): on a busy machine a
+ * spinning thread takes the CPU that the busy neighbours and our own working threads need, so there
+ * everyone sleeps at once. (tests/c/build.sh also builds it with 0, so that its tests take the sleeping
+ * paths.) */
 #ifndef FD_POOL_SPIN_NS
 #define FD_POOL_SPIN_NS 200000LL
 #endif
@@ -417,8 +416,8 @@ int fd_pool_others_running(void) {
         if (count < 0) count = 0;
     }
     /* The smaller of this sample and the one before (at least 1 ms older): a thread that runs for less
-       than that (a kernel worker; on the 16-core Xeon one was runnable in ...) is not a neighbour that
-       needs our CPUs, while a busy process shows in both. */
+       than that (a kernel worker) is not a neighbour that needs our CPUs, while a busy process shows in
+       both. */
     const int before = atomic_load32(&latest);
     atomic_store32(&latest, count);
     const int result = count < 0 || before < 0 ? count : before < count ? before : count;

@@ -89,11 +89,9 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
             FD_VEC bv[FD_TILE_MAX_NV];
             /* A rows stream from memory through MR pointers at once, more streams than the
                hardware prefetcher follows: ask for each row's line two lines ahead, once per
-               line (unet2's 16384 x 64 x 128 GEMM: 65 -> ~100 GFLOP/s), only while that line is
-               still in this tap's Kc elements: past them lies memory that this call may never
-               read. A 3-channel convolution (unet_enc1, Kc = 3 per tap, 16 taps) issued MR
-               prefetches per tap for 3 FMAs per row; without them it ran 8 % faster (same
-               process, alternating builds); the other suite layers within 1.5 %. */
+               line, only while that line is still in this tap's Kc elements: past them lies
+               memory that this call may never read, and a tap of a few channels (Kc = 3) would
+               issue MR prefetches for a few FMAs per row, which cost more than they save. */
             if ((k & (FD_A_LINE - 1)) == 0 && k + 2 * FD_A_LINE < Kc) {
 #pragma GCC unroll 32
                 for (i = 0; i < MR; i++) __builtin_prefetch(a[i] + k + 2 * FD_A_LINE, 0, 3);
@@ -140,11 +138,8 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
  * compile-time constant) and whose C rows are c + i*ldc: every address is a compile-time offset from one
  * base pointer, where the indirect tile loads MR row pointers of each kind and keeps MR of them in
  * registers; no prefetch (the tile reads every line of its rows itself). With so few k steps per tile
- * (32 or 64) the indirect tile's per-tile work was a large share: measured here (AVX-512, builds
- * alternated in one process), the Winograd layers big (Kc = 32, 16 columns) 27 % faster, grouped (32,
- * 32) 9 %, stride1 (64, 64) 8 % at 1 thread; float64 18, 9 and 31 %; AVX2 big 6 %, grouped and
- * stride1 7 % (their tiles cover a 32-column panel in two steps). 24 rows of one
- * vector beat 16 (4-8 %) and 28 (7-13 %). */
+ * (32 or 64) the indirect tile's per-tile work is a large share of the time; the Winograd layers' GEMMs
+ * gain most. The narrow dense tile's 24 rows of one vector measured faster than 16 or 28. */
 static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dense_tile)(
     const int MR, const int NV, const int KC, const FD_REAL *a, const FD_REAL *b, size_t b_stride, FD_REAL *c,
     size_t ldc) {
@@ -218,7 +213,7 @@ static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, s
 }
 
 /* The four tile kernels: wide/narrow, plain/skipping NULL taps. The plain ones are inlined into
- * rows_by_panel as before; the skipping ones (border tiles only) are kept out of line. */
+ * rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
 #define FD_DEFINE_TILE(name, MR, NV, SKIP, attributes)                                                           \
     static attributes FD_TARGET void FD_SIMD_FN(name)(size_t mr, size_t nc, size_t T, size_t Kc,                 \
                                                       const FD_REAL *const *a_rows, const FD_REAL *b,             \

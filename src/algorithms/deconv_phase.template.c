@@ -30,6 +30,12 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithm.h"
+#include "kernels/gemm.h"
+
 /* Phase tap tables live on the stack of the kernel, and B is packed per (group, phase). */
 #define FD_PHASE_MAX_STRIDE 32
 
@@ -180,7 +186,7 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
                             if (cx_lo >= cx_hi) continue;
                             /* The row's first pixel in full; each next one is its left neighbour moved
                                by one input pixel (Cin) and sW output pixels: no bounds test per tap
-                               in an interior row (it was a sixth of a k4 s2 layer with Cin = 32). */
+                               in an interior row. */
                             const int first_outside = FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, cx_lo,
                                                                          a_rows + M * T, c_rows + M);
                             outside |= first_outside;

@@ -20,6 +20,9 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include "algorithm.h"
+#include "kernels/gemm.h"
+
 static const char *col2im_unsupported(const fd_geometry *geo) {
     (void)geo;
     return NULL;

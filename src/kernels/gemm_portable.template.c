@@ -1,4 +1,4 @@
-/* Packing and the portable (plain C) indirect GEMM, included by gemm.c once per
+/* Packing and the portable (plain C) indirect GEMM, included by gemm_portable.c once per
  * type with FD_REAL, FD_PREFIX, FD_PANEL, FD_GRANULE, FD_PORTABLE_MR/NR defined. */
 #ifndef FD_REAL
 #error "FD_REAL must be defined"
@@ -10,7 +10,7 @@ size_t FD_FN(gemm_packed_size)(size_t K, size_t N) {
 
 /* One panel row: `valid` elements, zero-padded to `width`. A full panel is copied with a
  * constant size, which compilers inline as vector moves; a variable-size memcpy becomes
- * "rep movs", whose start-up cost dominated packing (measured 3x slower). */
+ * "rep movs", whose start-up cost dominated packing. */
 static inline void FD_FN(copy_panel_row)(FD_REAL *FD_RESTRICT dst, const FD_REAL *FD_RESTRICT src, size_t valid,
                                      size_t width) {
     size_t j;

@@ -7,8 +7,8 @@
 
 /* xxHash compiled into this file only. On x86 its own dispatcher (xxh_x86dispatch.c, part of
  * xxHash) compiles SSE2, AVX2 and AVX-512 variants of the hash loop with target attributes and picks
- * one at run time from CPUID and XGETBV, as src/gemm.c does for the GEMM: no -m flags. Elsewhere
- * the plain build uses what the compiler targets (NEON on arm64). */
+ * one at run time from CPUID and XGETBV, as src/kernels/gemm_dispatch.c does for the GEMM: no -m flags.
+ * Elsewhere the plain build uses what the compiler targets (NEON on arm64). */
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
 #include "third_party/xxhash/xxh_x86dispatch.c"
 #define FD_XXH3_128BITS XXH3_128bits_dispatch

@@ -4,10 +4,12 @@
  * attribute, and fd_gemm_avx512_available() gates them at run time. */
 #include "gemm_internal.h"
 
+FD_GEMM_DECLARE_ISA(avx512)
+
 #if FD_GEMM_X86_SIMD
 #include <immintrin.h>
 
-#include "templating.h"
+#include "runtime/templating.h"
 
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_SIMD_FN(name) FD_CAT(FD_FN(name), _avx512)

@@ -5,13 +5,13 @@
  * With dilation 1, the Ty taps of row phase ry read Ty adjacent input rows: output row
  * oy = ry + jy*sH reads rows jy + y0 + u (u < Ty, y0 = the phase's smallest input offset) with the
  * sub-kernel row g[u] = w[ky_(Ty-1-u)] (the phase's taps in ascending ky, reversed); likewise columns.
- * So each phase is the correlation of winograd_tiles.h, computed in tiles of my x mx outputs by
+ * So each phase is the correlation of kernels/winograd_tiles.h, computed in tiles of my x mx outputs by
  * F(my, Ty) x F(mx, Tx) (the tile per tap count: FD_WINOGRAD_M<T>):
  *   input transform  V[p, q] (Cig-vectors per tile)                     ny*nx points per tile
  *   GEMMs            M[p, q] = V[p, q] @ U[p, q]    one per point: (tiles, Cig) @ (Cig, Cog), B packed once
  *   output transform y = bias + ATy M ATx^T, written once per output (no zero fill, no accumulation),
  *                    with non-temporal stores on Intel CPUs, and elsewhere for outputs of a third of
- *                    the last-level cache or more (AVX-512 path; winograd_tiles.h)
+ *                    the last-level cache or more (AVX-512 path; kernels/winograd_tiles.h)
  * Multiplies per output: ny*nx/(my*mx) * Cig * Cog instead of Ty*Tx * Cig * Cog: for k4 s2 (Ty = Tx = 2)
  * F(2, 2) needs 9/4 against 4 (1.78x fewer), for k3 s1 F(2, 3) needs 16/4 against 9 (2.25x).
  *
@@ -26,8 +26,7 @@
  * Shared tiles (winograd_shared). Where every phase has the same taps and tile and at least
  * FD_WINOGRAD_SHARED_MIN_OUTPUTS outputs per axis (k4 s2 on images of 24 pixels and more), the phases'
  * tilings are shifted (by at most one output) so that their tiles read the same input windows: one input
- * transform then serves all sH*sW phases, whose GEMMs and output transforms follow. Measured on big
- * (256x256, 32 -> 16): the input transform went from 23 % of the time to 11 %, 4.9 -> 3.9 ms.
+ * transform then serves all sH*sW phases, whose GEMMs and output transforms follow.
  *
  * Groups: with shared tiles, every group of a task runs for a chunk's tiles before the next chunk, so
  * that a chunk's outputs are written whole (all channels of its pixels) while close in time. On several
@@ -46,8 +45,14 @@
 #if defined(FD_ALGORITHM_SHARED)
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
-#include "winograd_tiles.h"
+/* deconv_phase.template.c is instantiated before this one (algorithms.c): its rules, its blob (packed
+ * into this one's) and its kernel (the fallback) are used here. */
+#include "algorithm.h"
+#include "kernels/gemm.h"
+#include "kernels/winograd_tiles.h"
 
 /* Bytes of V and M per chunk of tiles: their GEMMs' A rows and results stay in L2 between the
  * transforms and the GEMMs. */
@@ -78,7 +83,7 @@ static ptrdiff_t winograd_taps(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad
 /* The tile whose U the blob holds for an axis of `taps` taps: the largest (fd_winograd_for_taps), but
  * F(2, 2) for two taps in layers with more than 64 input channels per group. Those are GEMM-bound and
  * their U is large: F(3, 2)'s 16 points of Cig x Cog stream from the outer caches where F(2, 2)'s 9 stay
- * closer (measured: dcgan1-3 faster with F(2, 2), the 32-channel layers with F(3, 2)). NULL without taps. */
+ * closer. NULL without taps. */
 static const fd_winograd_1d *winograd_packed_tile(ptrdiff_t taps, ptrdiff_t in_per_group) {
     if (taps <= 0) return NULL;
     return taps == 2 && in_per_group > 64 ? fd_winograd_find(2, 2) : fd_winograd_for_taps(taps);
@@ -170,8 +175,7 @@ static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, win
 
 /* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
  * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
- * GEMM reads its B for enough rows, else at least 12. Measured: stride1 (64 channels) ran 1.67x the
- * phase kernel with 24-tile chunks and 1.36x with 48; dcgan1 (512 KiB per point) needs the 48. */
+ * GEMM reads its B for enough rows, else at least 12 (smaller chunks suit the smaller layers). */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
     const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
@@ -210,10 +214,8 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
 }
 
 /* Tiles a task should get at least: every task reads the U of all its points (ny*nx times the phase
- * weights of its columns), so one that has few tiles is bound by reading it (measured on the 16-core
- * Xeon: dcgan2 at 16 threads got 4 tiles per task and ran 0.71x the phase kernel). A build may override
- * it to measure another value: 32 (same Xeon call, 16 threads) took grouped from 22 tasks to 44 and
- * 0.50 to 0.41 ms, but dcgan1 from 0.48 to 0.55 ms, within that machine's noise of +-15 %. */
+ * weights of its columns), so one that has few tiles is bound by reading it. A build may override it
+ * to measure another value. */
 #ifndef FD_WINOGRAD_MIN_TASK_TILES
 #define FD_WINOGRAD_MIN_TASK_TILES 48
 #endif
@@ -277,8 +279,8 @@ static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *ta
     return count;
 }
 
-/* Whether the layer's outputs are written with non-temporal stores (winograd_tiles.h): by the size of
- * the whole output, so that every task of a call makes the same choice. */
+/* Whether the layer's outputs are written with non-temporal stores (kernels/winograd_tiles.h): by the
+ * size of the whole output, so that every task of a call makes the same choice. */
 static int winograd_streams(const fd_geometry *geo, size_t itemsize) {
     return (size_t)geo->batch * (size_t)geo->out_h * (size_t)geo->out_w * (size_t)geo->out_channels * itemsize >=
            fd_winograd_stream_min_bytes();

@@ -1,37 +1,27 @@
-/* The CPU algorithm table. Each algorithm is one template file (see algorithm.h for the
- * protocol) instantiated here, and one entry of fd_algorithms[]: adding an algorithm is a
- * new src/<name>.template.c plus its three-line block and its entry below. Python reads the
- * table through fastdeconv._cpu (names, supports, pack, run); the order is the listing order. */
-#include <stdlib.h>
-#include <string.h>
-
+/* The CPU algorithm table. Each algorithm is one template file (algorithm.h: the protocol, and how to
+ * add one), instantiated here by two lines, and its row of fd_algorithms[]. Each template includes the
+ * kernel headers it uses. Python reads the table through fastdeconv._cpu (names, supports, pack, run);
+ * the order is the listing order. */
 #include "algorithm.h"
-#include "depthwise_rows.h"
-#include "winograd_tiles.h"
 
-#define FD_TEMPLATE "deconv_col2im.template.c"
+#define FD_TEMPLATE "algorithms/deconv_col2im.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_phase.template.c"
+#define FD_TEMPLATE "algorithms/deconv_phase.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_winograd.template.c"
+/* after deconv_phase, whose kernel (its fallback) and packed blob it uses */
+#define FD_TEMPLATE "algorithms/deconv_winograd.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
-#define FD_TEMPLATE "deconv_depthwise.template.c"
+#define FD_TEMPLATE "algorithms/deconv_depthwise.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
-#define FD_TEMPLATE "conv_im2col.template.c"
+#define FD_TEMPLATE "algorithms/conv_im2col.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
-#define FD_TEMPLATE "conv_depthwise.template.c"
+#define FD_TEMPLATE "algorithms/conv_depthwise.template.c"
 #include "instantiate_algorithm.h"
-#undef FD_TEMPLATE
 
 const fd_algorithm *const fd_algorithms[] = {
     &fd_algorithm_col2im,    /* GEMM into a column buffer, then scatter-add: any layer */

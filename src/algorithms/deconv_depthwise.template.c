@@ -2,12 +2,15 @@
  * any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
  * A GEMM would have K = taps and N = Cog, far too small, so this is a direct kernel vectorised
- * over channels and bound by memory: the microkernel in depthwise_rows.c (one clone per ISA)
+ * over channels and bound by memory: the microkernel in kernels/depthwise_rows.c (one clone per ISA)
  * visits only each output phase's taps, with wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog].
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */
 #if defined(FD_ALGORITHM_SHARED)
+
+#include "algorithm.h"
+#include "kernels/depthwise_rows.h"
 
 #define FD_DEPTHWISE_MAX_STRIDE 4096
 
@@ -23,18 +26,8 @@ static const char *depthwise_unsupported(const fd_geometry *geo) {
 /* Blob parts: the row and column tap tables, then the reordered weight. */
 enum { DEPTHWISE_TAPS_Y, DEPTHWISE_TAPS_X, DEPTHWISE_WEIGHT };
 
-static fd_workspace depthwise_workspace(const fd_geometry *geo, int dtype) {
-    fd_workspace ws = {0, 0};
-    (void)geo;
-    (void)dtype;
-    return ws;
-}
-
-static ptrdiff_t depthwise_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    ptrdiff_t count = 0;
-    fd_row_range_tasks(geo->batch * geo->out_h, threads, 0, 1, 0, tasks, &count);
-    return count;
-}
+#define depthwise_workspace fd_no_workspace
+#define depthwise_tasks fd_output_row_tasks
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

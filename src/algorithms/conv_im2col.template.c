@@ -14,6 +14,11 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include <string.h>
+
+#include "algorithm.h"
+#include "kernels/gemm.h"
+
 static const char *im2col_unsupported(const fd_geometry *geo) {
     (void)geo;
     return NULL;

@@ -2,21 +2,21 @@
  * convolution), float and double, compiled once per ISA (portable, AVX2, AVX-512 through function
  * target attributes, never -march) and dispatched at run time by the same ISA choice as the GEMM
  * (fd_gemm_get_isa), so FASTDECONV_ISA / fd_gemm_set_isa force every path here too. See
- * depthwise_rows.template.c; the algorithms around them are deconv_depthwise.template.c and
- * conv_depthwise.template.c. */
-#include "conv_geometry.h"
-#include "templating.h"
+ * depthwise_rows.template.c; the algorithms around them are algorithms/deconv_depthwise.template.c
+ * and algorithms/conv_depthwise.template.c. */
+#include "runtime/conv_geometry.h"
+#include "runtime/templating.h"
 #include "gemm_internal.h"
 #include "depthwise_rows.h"
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
 
-#define FD_TEMPLATE "depthwise_rows.template.c"
+#define FD_TEMPLATE "kernels/depthwise_rows.template.c"
 
 #define FD_TARGET
 #define FD_ISA portable
 #define FD_DW_SIMD 0
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_SIMD
@@ -132,7 +132,7 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_DW_KEEP(v) __asm__("" : "+x"(v))
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_KEEP
@@ -142,7 +142,7 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES)
 #define FD_ISA avx512
 #define FD_DW_KEEP(v) __asm__("" : "+v"(v))
-#include "instantiate_types.h"
+#include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_DW_KEEP
@@ -155,8 +155,8 @@ DW_AVX512 __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx
 
 /* float, one output channel per input channel (Cog == 1), AVX-512: each output pixel is
  * accumulated in registers over all its taps and stored once, 32 channels (two masked zmm)
- * at a time. The generic kernel's read-modify-write of a whole output row per tap was bound
- * by L1/L2 traffic (measured 3x slower on fcn8s_final). Same math as the template. */
+ * at a time. The generic kernel's read-modify-write of a whole output row per tap is bound
+ * by L1/L2 traffic. Same math as the template. */
 FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES) static int fd_sdepthwise_rows_avx512_c1(
     const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *FD_RESTRICT x,
     const float *FD_RESTRICT wr, const float *FD_RESTRICT bias, float *FD_RESTRICT y, ptrdiff_t row_begin,

@@ -101,8 +101,8 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
 /* The tiles the algorithm uses most (winograd_tiles.h) get a function each, with their tables as
  * constants (one function per kind keeps each small enough for good register allocation); any other
  * pair, such as an image's last tile F(1, r), runs the same code with run-time coefficients. The kinds:
- * k4 s2's F(3, 2) with its last tiles of 2, and F(2, 2); k3 s1's F(2, 3). Each kind costs about 10 s of
- * compile time (3 ISAs x 2 types, fully unrolled), so the list stays short. */
+ * k4 s2's F(3, 2) with its last tiles of 2, and F(2, 2); k3 s1's F(2, 3). Each kind adds to the compile
+ * time (3 ISAs x 2 types, fully unrolled), so the list stays short. */
 #define WIN_CASES(CASE) CASE(3, 2, 3, 2) CASE(3, 2, 2, 2) CASE(2, 2, 3, 2) CASE(2, 2, 2, 2) CASE(2, 3, 2, 3)
 #define WIN_IS(f, M, T) ((f)->m == (M) && (f)->r == (T))
 #define WIN_TABLE(M, T, X) FD_CAT(FD_CAT(FD_CAT(fd_winograd_f, M), FD_CAT(_, T)), X)

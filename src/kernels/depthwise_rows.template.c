@@ -302,7 +302,7 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
     ptrdiff_t strip = fit > 0 ? fit / sW / DW_TILE * DW_TILE : 0;
     if (strip < DW_TILE) strip = DW_TILE;
     /* the tiles specialised for a shape take whole vectors of channels without a multiplier; any
-       other block the generic tile (fewer copies of the tile: the AVX-512 float clone is ~150 KB) */
+       other block the generic tile (fewer copies of the fully unrolled tile: code size) */
     const int mult = C != Cin;
     const int shape = dW != 1 || mult ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
                                       : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;

@@ -2,14 +2,16 @@
  * "depthwise" is deconv_depthwise.template.c): convolution with one input channel per group
  * (groups == C_in, any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
- * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small (150x slower than
- * this on a MobileNet 3x3 layer), so it is a direct kernel vectorised over output channels, bound by
- * memory: the microkernel in depthwise_rows.c (one clone per ISA), with the weight reordered to
- * wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
+ * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small, so it is a direct
+ * kernel vectorised over output channels, bound by memory: the microkernel in kernels/depthwise_rows.c
+ * (one clone per ISA), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */
 #if defined(FD_ALGORITHM_SHARED)
+
+#include "algorithm.h"
+#include "kernels/depthwise_rows.h"
 
 static const char *conv_depthwise_unsupported(const fd_geometry *geo) {
     if (geo->groups != geo->in_channels) return "it needs one input channel per group (groups == C_in)";
@@ -19,18 +21,8 @@ static const char *conv_depthwise_unsupported(const fd_geometry *geo) {
 /* Blob parts: the reordered weight. */
 enum { CONV_DEPTHWISE_WEIGHT };
 
-static fd_workspace conv_depthwise_workspace(const fd_geometry *geo, int dtype) {
-    fd_workspace ws = {0, 0};
-    (void)geo;
-    (void)dtype;
-    return ws;
-}
-
-static ptrdiff_t conv_depthwise_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
-    ptrdiff_t count = 0;
-    fd_row_range_tasks(geo->batch * geo->out_h, threads, 0, 1, 0, tasks, &count);
-    return count;
-}
+#define conv_depthwise_workspace fd_no_workspace
+#define conv_depthwise_tasks fd_output_row_tasks
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

@@ -1,11 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The Cython shim between the Python API and the C kernels in src/.
 
-It reads the algorithm table (src/algorithms.c, protocol in src/algorithm.h) by
-name and owns what the C side does not: allocation (the packed-weight blob, the
-per-thread workspace), errors, the GIL (released around every kernel call) and
-threading: an algorithm cuts the output into disjoint tasks, and the package's
-own thread pool (src/pool.c) hands them to the calling thread and its helpers.
+It reads the algorithm table (src/algorithms/algorithms.c, protocol in
+src/algorithms/algorithm.h) by name and owns what the C side does not:
+allocation (the packed-weight blob, the per-thread workspace), errors, the GIL
+(released around every kernel call) and threading: an algorithm cuts the output
+into disjoint tasks, and the package's own thread pool (src/runtime/pool.c)
+hands them to the calling thread and its helpers.
 Each C kernel is single-threaded; nothing here nests threads. Nothing here
 depends on which algorithm runs.
 
@@ -28,7 +29,7 @@ from libc.stdlib cimport malloc, calloc, free
 
 cnp.import_array()
 
-cdef extern from "pool.h" nogil:
+cdef extern from "runtime/pool.h" nogil:
     ctypedef int (*fd_pool_task_fn)(void *context, Py_ssize_t task, int slot) noexcept nogil
     enum: FD_POOL_DONE, FD_POOL_STOPPED
     int fd_pool_run(Py_ssize_t ntasks, int participants, fd_pool_task_fn fn, void *context)
@@ -43,7 +44,7 @@ cdef extern from "Python.h":
     # GIL's exception machinery and Runner.run carries the KeyboardInterrupt it sets out by hand.
     int PyErr_CheckSignals()
 
-cdef extern from "conv_geometry.h" nogil:
+cdef extern from "runtime/conv_geometry.h" nogil:
     enum: FD_MAX_PHASE_TAPS
     ctypedef struct fd_geometry:
         Py_ssize_t batch, in_h, in_w, in_channels
@@ -54,18 +55,19 @@ cdef extern from "conv_geometry.h" nogil:
         Py_ssize_t pad_top, pad_left
         Py_ssize_t groups
 
-cdef extern from "gemm.h" nogil:
+cdef extern from "kernels/gemm.h" nogil:
+    enum: FD_ISA_COUNT
     int fd_gemm_isa_supported(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
     const char *fd_gemm_isa_name(int isa)
 
-cdef extern from "winograd_tiles.h" nogil:
+cdef extern from "kernels/winograd_tiles.h" nogil:
     enum: FD_WINOGRAD_STREAM_AUTO
     size_t fd_winograd_stream_min_bytes()
     int fd_winograd_set_stream_output(int mode)
 
-cdef extern from "algorithm.h" nogil:
+cdef extern from "algorithms/algorithm.h" nogil:
     enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
     ctypedef struct fd_task:
         Py_ssize_t part, row_begin, row_end, col_begin, col_end
@@ -109,10 +111,10 @@ def set_serial_flops(long long flops):
 
 # The phase and depthwise kernels keep per-phase tap tables on the stack.
 MAX_PHASE_TAPS = FD_MAX_PHASE_TAPS
-# The indirect GEMMs' chunk of output pixels is at most this (src/algorithm.h).
+# The indirect GEMMs' chunk of output pixels is at most this (src/algorithms/algorithm.h).
 GEMM_CHUNK_MAX_PIXELS = FD_GEMM_CHUNK_MAX_PIXELS
 # col2im's column buffer per thread: this many bytes, or COL2IM_MIN_PIXELS input pixels' columns
-# (kH*kW*C_out/groups elements each) if that is larger (src/algorithm.h).
+# (kH*kW*C_out/groups elements each) if that is larger (src/algorithms/algorithm.h).
 COL2IM_WORKSPACE_BYTES = FD_COL2IM_WORKSPACE_BYTES
 COL2IM_MIN_PIXELS = FD_COL2IM_MIN_PIXELS
 
@@ -207,7 +209,7 @@ os.register_at_fork(after_in_child=_main_thread_after_fork)
 def set_num_threads(n):
     """Threads used by every later call, 1 to MAX_THREADS; 0 restores the default (OMP_NUM_THREADS,
     else the CPUs this process may use, capped to MAX_THREADS). Forked children keep their threads:
-    the pool starts fresh helpers there (src/pool.c)."""
+    the pool starts fresh helpers there (src/runtime/pool.c)."""
     global _requested_threads
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {n!r}")
@@ -229,9 +231,14 @@ def pool_helpers():
     return fd_pool_helpers()
 
 
+def _gemm_isa_names():
+    """The GEMM ISA paths by name, in the order of their ids (src/kernels/gemm_dispatch.c's table)."""
+    return [fd_gemm_isa_name(i).decode() for i in range(FD_ISA_COUNT)]
+
+
 def build_info():
     """Compile-time and run-time facts for show_config()."""
-    isas = {fd_gemm_isa_name(i).decode(): bool(fd_gemm_isa_supported(i)) for i in range(3)}
+    isas = {name: bool(fd_gemm_isa_supported(i)) for i, name in enumerate(_gemm_isa_names())}
     return {
         "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
@@ -241,13 +248,14 @@ def build_info():
 
 
 def set_gemm_isa(str name):
-    """Force a GEMM ISA path ("portable", "avx2", "avx512"); for tests and benchmarks."""
-    for i in range(3):
-        if fd_gemm_isa_name(i).decode() == name:
-            if fd_gemm_set_isa(i) != 0:
-                raise ValueError(f"the {name} GEMM path is not supported on this CPU/build")
-            return
-    raise ValueError(f"unknown GEMM ISA {name!r}; choose portable, avx2 or avx512")
+    """Force a GEMM ISA path by name (one of build_info()["gemm_isa_supported"]: "portable", "avx2",
+    "avx512"); for tests and benchmarks."""
+    names = _gemm_isa_names()
+    if name not in names:
+        *others, last = names
+        raise ValueError(f"unknown GEMM ISA {name!r}; choose {', '.join(others)} or {last}")
+    if fd_gemm_set_isa(names.index(name)) != 0:
+        raise ValueError(f"the {name} GEMM path is not supported on this CPU/build")
 
 
 def get_gemm_isa():
@@ -257,7 +265,7 @@ def get_gemm_isa():
 def set_winograd_stream_output(mode):
     """Force the "winograd" algorithm's non-temporal output stores on (True: every output) or off (False),
     or restore the automatic choice (None: every output on Intel CPUs with AVX-512, outputs of a third of
-    the last-level cache or more on other CPUs with AVX-512; src/winograd_tiles.h). For tests and
+    the last-level cache or more on other CPUs with AVX-512; src/kernels/winograd_tiles.h). For tests and
     benchmarks; results are the same bits either way."""
     if mode is not None and not isinstance(mode, bool):
         raise TypeError(f"mode must be True, False or None, got {mode!r}")
@@ -308,7 +316,7 @@ cdef fd_geometry _c_geometry(g) except *:
 
 
 # ---------------------------------------------------------------------------------------------
-# The algorithm table (src/algorithms.c), read by name.
+# The algorithm table (src/algorithms/algorithms.c), read by name.
 
 cdef const fd_algorithm *_algorithm(str name, bint transposed) except NULL:
     cdef int i
@@ -412,7 +420,7 @@ def empty_result(shape, dtype):
 # into tasks and runs them on threads. It is built once per input shape (the plan object
 # caches it), so a call only allocates the per-thread workspace and runs.
 
-# How a call is cut into tasks (_count_tasks). Threads claim tasks one at a time (src/pool.c), so a
+# How a call is cut into tasks (_count_tasks). Threads claim tasks one at a time (src/runtime/pool.c), so a
 # thread that the OS deschedules on a busy machine delays only the task it holds while the others take
 # the rest: the finer the cut, the better that balances, as long as a task keeps enough work for the
 # GEMM to stay efficient (each task re-reads its part of the packed weights and pays a claim, ~0.1 us).
@@ -570,7 +578,7 @@ cdef class Runner:
     def run(self, x, y):
         """Fill y (C-contiguous, the packed dtype, this geometry's output shape) from x (C-contiguous).
 
-        The tasks run on the pool (src/pool.c): this thread and up to self.threads - 1 helpers claim
+        The tasks run on the pool (src/runtime/pool.c): this thread and up to self.threads - 1 helpers claim
         them one at a time (fewer helpers at the default thread count when other threads take the
         CPUs: _participants); this thread returns once every claimed task has ended. Another thread's
         call already running on the pool makes this one run its tasks on this thread alone.
@@ -627,7 +635,7 @@ cdef class Runner:
 
 from libc.stdint cimport uint64_t
 
-cdef extern from "fingerprint.h" nogil:
+cdef extern from "runtime/fingerprint.h" nogil:
     size_t FD_FINGERPRINT_PART
     int fd_fingerprint(const void *data, size_t bytes, int participants, uint64_t out[2])
 
@@ -646,7 +654,7 @@ def fingerprint(cnp.ndarray array):
     and ``dtype``, determine every element, so two arrays with equal tuples and equal
     (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
     released for spans of 64 KiB or more; spans of 2 MiB or more are hashed in 1 MiB parts on the
-    call's threads (src/fingerprint.h: the value does not depend on the thread count)."""
+    call's threads (src/runtime/fingerprint.h: the value does not depend on the thread count)."""
     cdef int axis
     cdef Py_ssize_t extent, low = 0, high = 0
     cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(array)

@@ -1,13 +1,13 @@
-/* The Winograd tile transforms of the "winograd" algorithm (src/deconv_winograd.template.c), float and
- * double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes, never
- * -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so FASTDECONV_ISA and
- * fd_gemm_set_isa force every path here too (src/winograd_tiles.c).
+/* The Winograd tile transforms of the "winograd" algorithm (src/algorithms/deconv_winograd.template.c),
+ * float and double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes,
+ * never -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so
+ * FASTDECONV_ISA and fd_gemm_set_isa force every path here too (src/kernels/winograd_tiles.c).
  *
  * One stride phase of a transposed convolution with dilation 1 is a stride-1 correlation over the
  * phase's output grid (jy, jx), jy < Jy, jx < Jx:
  *   y[jy, jx, o] = sum_{u<Ty, v<Tx} sum_i x[jy + y0 + u, jx + x0 + v, i] * g[u, v, i, o]
  * (zero outside the image). A tile is my x mx outputs starting at (jy, jx); with the 1-D transforms
- * fy = F(my, Ty) and fx = F(mx, Tx) (src/winograd_transforms.h, ny = my + Ty - 1 points, likewise nx):
+ * fy = F(my, Ty) and fx = F(mx, Tx) (winograd_transforms.h, ny = my + Ty - 1 points, likewise nx):
  *   input   V[p, q]  = sum_{a<ny, b<nx} BTy[p, a] BTx[q, b] x[jy + y0 + a, jx + x0 + b]   (Cig-vectors)
  *   GEMM    M[p, q]  = V[p, q] @ U[p, q],   U[p, q] = sum_{u, v} Gy[p, u] Gx[q, v] g[u, v]   (packed once)
  *   output  y[jy + a, jx + b] = bias + sum_{p<ny, q<nx} ATy[a, p] ATx[b, q] M[p, q],   only a, b inside.
@@ -93,15 +93,13 @@ int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *til
  * fd_winograd_stream_min_bytes() sets ph->stream; SIZE_MAX means none. FD_WINOGRAD_STREAM_AUTO (the
  * default): every output on Intel CPUs with AVX-512 (only that path streams); on other CPUs with
  * AVX-512, outputs of at least a third of the last-level cache (CPUID's deterministic cache parameters),
- * none where that is unknown; none without AVX-512. Measured (README, the 16-core Xeon paragraph after the
- * benchmark tables): on a 16-core Xeon (Sapphire Rapids) they took grouped (8 MiB) 15-22 % faster at 1
- * thread and 18-29 % at 16, and with a convolution reading the output the pair was as fast or faster
- * in 7 of 8 runs at 16 threads. On a 2-core AMD EPYC (Zen 4, 32 MiB L3) grouped ran 2-8 % slower, and
- * 2-13 % slower with that convolution (its input then comes from memory instead of the L3), while big
- * (16 MiB) ran 12 % faster, and 2-3 % faster with the convolution: an output that fills half the L3
- * does not stay there for its reader anyway. A third lies between the two measured sizes (a quarter:
- * slower; a half: faster), decided on that one machine. fd_winograd_set_stream_output forces 0 (none)
- * or 1 (every output) for tests and benchmarks, or restores AUTO; it returns -1 for any other value. */
+ * none where that is unknown; none without AVX-512. Why: a streamed output is not in the cache for the
+ * layer that reads it next, which then loads it from memory; that costs less than the stores save where
+ * the output would not stay in the cache anyway. On the Intel CPU measured, streaming paid at every size
+ * and with a reader too; on the AMD one it lost for an output of a quarter of the L3 and paid for one of
+ * half, and a third lies between (measurements: asv_benches/NOTES.md). fd_winograd_set_stream_output
+ * forces 0 (none) or 1 (every output) for tests and benchmarks, or restores AUTO; it returns -1 for any
+ * other value. */
 enum { FD_WINOGRAD_STREAM_AUTO = -1 };
 size_t fd_winograd_stream_min_bytes(void);
 int fd_winograd_set_stream_output(int mode);

@@ -45,21 +45,10 @@
  * the 16-wide granule keeps N = 16 (1x1/2x2 deconvs with 4-16 channels) padding-free.
  * Larger MR (14-28) measured slower (GPR pressure: one pointer per row).
  *
- * MEASURED (tests/c/build.sh bench; GFLOP/s, 1 thread, best of 5 interleaved runs,
- * a_rows into an NHWC image, packing excluded). The machine turned out to be an
- * AMD EPYC Zen 4 (AVX-512 on 2x256-bit FMA pipes, ~3.6 GHz): measured FMA peak
- * 117 GFLOP/s f32 / 58 f64 for BOTH avx2 and avx512. numpy = OpenBLAS 0.3.31
- * dense (M x K) @ (K x N), OPENBLAS_NUM_THREADS=1, best of 3 runs.
- *   shape  M     N   T  Kc  | avx512 f32  f64 | avx2 f32  f64 | portable f32 f64 | numpy f32  f64
- *   (a)  2048  256   4 512  |  112.5    56.8  |  108.4   53.8 |  35.5   15.3     | 100.3   48.3
- *   (b)  4096   64   4 128  |  113.6    56.7  |  111.8   54.1 |  36.1   11.8     |  95.6   35.8
- *   (c)  4096  512   1 256  |  101.0    51.6  |  105.0   48.2 |  33.8   13.4     | 100.6   48.9
- *   (d) 16384   16   4  32  |  111.3    55.4  |  110.6   54.6 |  35.1   17.4     |  77.9   23.9
- *   (e)  3136   64   9  64  |  113.8    57.2  |  112.4   55.2 |  36.8   17.8     |  96.6   35.8
- *   (f)   128  256   4 512  |  112.7    57.4  |   98.0   51.3 |  35.6   15.9     | 101.8   48.1
- *   (g)  2048    3   4  64  |   21.4    21.3  |   20.2   19.8 |  13.9   13.5     |  20.8    9.1
- * (c) is the one below ~95% of peak: its 8 MiB of C leaves L2 (~105 with C in cache).
- * (g) computes a 16-wide padded tile for 3 useful columns.
+ * MEASURED by tests/c/build.sh bench: GFLOP/s per ISA on the shapes (a)-(g) of tests/c/test_gemm.c,
+ * against numpy's BLAS (results, with the machine they ran on: asv_benches/NOTES.md). The SIMD kernels
+ * stay close to the FMA peak while C stays in L2; a very narrow N (3 columns) still computes a whole
+ * 16-wide padded tile.
  */
 #ifndef FASTDECONV_GEMM_H
 #define FASTDECONV_GEMM_H
@@ -108,14 +97,15 @@ void fd_sgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const float *con
 void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
                        const double *packed_b, const double *bias, double *const *c_rows, int flags);
 
-/* ISA paths. Initial choice: the best supported one, overridable with the
- * Python package's $FASTDECONV_ISA=portable|avx2|avx512 (parsed once at import, see
- * fastdeconv/_cpu.pyx) or fd_gemm_set_isa. */
-enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2 };
-int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it */
+/* ISA paths, by id 0 .. FD_ISA_COUNT - 1; gemm_dispatch.c's table gives each its name and kernels.
+ * Ids ascend in preference: the initial choice is the highest supported one, overridable with the
+ * Python package's $FASTDECONV_ISA=<name> (parsed once at import, see fastdeconv/_cpu.pyx) or
+ * fd_gemm_set_isa. The depthwise and Winograd kernels follow the same choice. */
+enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2, FD_ISA_COUNT = 3 };
+int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it, else 0 (also for unknown ids) */
 int fd_gemm_get_isa(void);             /* the path in use */
 int fd_gemm_set_isa(int isa);          /* force a path (tests); 0 on success, -1 if unsupported */
-const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512" */
+const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512"; "unknown" for any other id */
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* Internal glue between gemm.c (dispatch, packing, portable path) and the
- * per-ISA files gemm_avx2.c / gemm_avx512.c. Not part of the public API. */
+/* Internal glue between the GEMM's run-time ISA dispatch (gemm_dispatch.c), its packing and portable
+ * path (gemm_portable.c) and its SIMD files (gemm_avx2.c, gemm_avx512.c); the depthwise and Winograd
+ * kernels use its feature lists and run-time choices too. Not part of the public API. */
 #ifndef FASTDECONV_GEMM_INTERNAL_H
 #define FASTDECONV_GEMM_INTERNAL_H
 
@@ -65,30 +66,21 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                      const double *packed_b, const double *bias, double *const *c_rows,
                                      int flags);
 
-void fd_sgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                                const float *packed_b, const float *bias, float *const *c_rows, int flags);
-void fd_dgemm_indirect_portable(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                                const double *packed_b, const double *bias, double *const *c_rows,
-                                int flags);
+/* What the kernel files of ISA `isa` (portable, avx2, avx512) define: fd_gemm_<isa>_available(), 1 if
+ * compiled in and the CPU/OS can run it, and the float and double entry points fd_?gemm_indirect_<isa>.
+ * Declared by those files and by gemm_dispatch.c, for every ISA of its table. */
+#define FD_GEMM_DECLARE_ISA(isa)                                                                              \
+    int fd_gemm_##isa##_available(void);                                                                      \
+    void fd_sgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,        \
+                                 const float *packed_b, const float *bias, float *const *c_rows, int flags); \
+    void fd_dgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,       \
+                                 const double *packed_b, const double *bias, double *const *c_rows,           \
+                                 int flags);
 
-/* Each returns 1 if compiled in and the CPU/OS can run it. */
-int fd_gemm_avx2_available(void);
-int fd_gemm_avx512_available(void);
-
-/* Defined as stubs (never called) when the ISA is not compiled in. */
-void fd_sgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                            const float *packed_b, const float *bias, float *const *c_rows, int flags);
-void fd_dgemm_indirect_avx2(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                            const double *packed_b, const double *bias, double *const *c_rows, int flags);
-void fd_sgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,
-                              const float *packed_b, const float *bias, float *const *c_rows, int flags);
-void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const double *const *a_rows,
-                              const double *packed_b, const double *bias, double *const *c_rows,
-                              int flags);
-
-/* A build without x86 SIMD still defines an ISA's entry points (gemm.c names them), never chosen
- * (available() is 0) and running the portable path. */
+/* A build without x86 SIMD still defines an ISA's entry points (gemm_dispatch.c's table names them),
+ * never chosen (available() is 0) and running the portable path. */
 #define FD_GEMM_PORTABLE_STUBS(isa)                                                                           \
+    FD_GEMM_DECLARE_ISA(portable)                                                                             \
     int fd_gemm_##isa##_available(void) { return 0; }                                                         \
     void fd_sgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,        \
                                  const float *packed_b, const float *bias, float *const *c_rows, int flags) { \
@@ -102,8 +94,8 @@ void fd_dgemm_indirect_avx512(size_t M, size_t N, size_t T, size_t Kc, const dou
 
 /* A run-time choice resolved once from the CPU (cpuid) and overridable by tests: -1 until resolved.
  * Resolution is idempotent, so threads racing to it store the same value; loads and stores are atomic
- * (acquire/release) where the compiler has them. Used for the GEMM's ISA (gemm.c) and the Winograd
- * output stores (winograd_tiles.c). */
+ * (acquire/release) where the compiler has them. Used for the GEMM's ISA (gemm_dispatch.c) and the
+ * Winograd output stores (winograd_tiles.c). */
 static inline int fd_choice_load(const int *choice) {
 #if defined(__GNUC__) || defined(__clang__)
     return __atomic_load_n(choice, __ATOMIC_ACQUIRE);
