@@ -38,7 +38,7 @@ def get_num_threads() -> int:
 
 
 def _winograd_stores(info: dict) -> str:
-    """How "winograd" writes its outputs (src/winograd_tiles.h): only the AVX-512 path streams."""
+    """How "winograd" writes its outputs (src/kernels/winograd_tiles.h): only the AVX-512 path streams."""
     least = info["winograd_stream_min_bytes"]
     if info["gemm_isa"] != "avx512" or least is None:
         return "normal"

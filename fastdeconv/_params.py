@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-#: The C kernels compute with signed 64-bit integers and never rely on wrapping; src/conv_geometry.h
+#: The C kernels compute with signed 64-bit integers and never rely on wrapping; src/runtime/conv_geometry.h
 #: states the bound they are exact within, and these enforce it. Each stride, dilation, padding,
 #: output_padding, output_size and groups value must be at most MAX_PARAMETER (so that the error names
 #: it); then every index span per axis must stay below MAX_INDEX and the element counts of x, the

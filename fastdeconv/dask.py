@@ -215,7 +215,7 @@ class BlockKernel:
     def layer(self, geometry: ConvGeometry):
         """The backend's layer (packed weights) that runs blocks of this geometry."""
         global packings
-        # The phase and depthwise kernels pack their tap tables from pad mod stride (src/algorithm.h,
+        # The phase and depthwise kernels pack their tap tables from pad mod stride (src/algorithms/algorithm.h,
         # fd_phase_taps); im2col's packing reads no pad. Blocks that agree there share the packing.
         key = (geometry.pad[0][0] % geometry.stride[0], geometry.pad[1][0] % geometry.stride[1]) \
             if self.transposed else ()

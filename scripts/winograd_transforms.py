@@ -1,5 +1,5 @@
-"""Generate src/winograd_transforms.h: the 1-D Winograd transforms F(m, r) that the "winograd"
-algorithm (src/deconv_winograd.template.c) uses, exact rationals checked here and printed as C.
+"""Generate src/kernels/winograd_transforms.h: the 1-D Winograd transforms F(m, r) that the "winograd"
+algorithm (src/algorithms/deconv_winograd.template.c) uses, exact rationals checked here and printed as C.
 
 F(m, r) computes m outputs of a 1-D correlation with an r-tap filter,
     y[a] = sum_{u<r} d[a + u] g[u],   a < m,   d of length n = m + r - 1,
@@ -17,7 +17,7 @@ point, so the filter transform of a smaller tile is a subset of a larger one's: 
 F(m', r) is point j of F(m, r), and its infinity is F(m, r)'s last point. The algorithm packs G g once
 for its largest tile and reads the smaller tiles' points (an image's last tile along an axis) from it.
 
-Run `python scripts/winograd_transforms.py > src/winograd_transforms.h`; tests/cpu/test_winograd.py checks
+Run `python scripts/winograd_transforms.py > src/kernels/winograd_transforms.h`; tests/cpu/test_winograd.py checks
 that the header is what this script prints.
 """
 from fractions import Fraction

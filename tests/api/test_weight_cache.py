@@ -1,5 +1,5 @@
 """The function API's packed-weight cache (fastdeconv/_weight_cache.py): never a stale result,
-bounded, thread-safe, and keyed by content (src/fingerprint.c)."""
+bounded, thread-safe, and keyed by content (src/runtime/fingerprint.c)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""conv2d's "depthwise" algorithm (src/conv_depthwise.template.c, kernel in src/depthwise_rows*.c):
+"""conv2d's "depthwise" algorithm (src/algorithms/conv_depthwise.template.c, kernel in src/kernels/depthwise_rows*.c):
 groups == C_in with any channel multiplier, on every ISA path, against the numpy reference.
 
 The kernel has several paths through one output row: per-pixel code where a tap leaves the image

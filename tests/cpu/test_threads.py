@@ -1,4 +1,4 @@
-"""The thread pool (src/pool.c) under the shim: results never depend on threads, task cut or concurrency.
+"""The thread pool (src/runtime/pool.c) under the shim: results never depend on threads, task cut or concurrency.
 
 * a hammer: many concurrent calls from several Python threads, runners bound at different thread
   counts, while the main thread changes set_num_threads and forks: every result equals the serial one;
