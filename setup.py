@@ -10,7 +10,7 @@ is reported rather than defined, and any UB aborts. The interpreter is not instr
 ASan runtime must be preloaded to import it:
 
     FASTDECONV_SANITIZE=1 pip install --no-build-isolation -e .
-    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 pytest tests/test_cpu_vs_reference.py
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 pytest tests/cpu/test_cpu_vs_reference.py
 """
 
 import glob

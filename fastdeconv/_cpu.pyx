@@ -167,8 +167,7 @@ def _cpu_counts():
 
 # A default-threads call (set_num_threads never called, or 0) runs on fewer threads when other threads
 # already take the CPUs: a helper that the OS deschedules while it holds a task makes the caller wait
-# for it (on the 2-core development machine beside one busy process, a 2 ms call's median went to
-# 8 ms on 2 threads). fd_pool_others_running counts them machine-wide (Linux; elsewhere, or with an
+# for it (asv_benches/NOTES.md has the measurement). fd_pool_others_running counts them machine-wide (Linux; elsewhere, or with an
 # explicit set_num_threads(n), n threads are used); when this process may run on only some of the
 # CPUs, the others are assumed spread evenly. Re-read at most once per millisecond (the smaller of the
 # last two readings).
@@ -423,22 +422,19 @@ def empty_result(shape, dtype):
 # How a call is cut into tasks (_count_tasks). Threads claim tasks one at a time (src/runtime/pool.c), so a
 # thread that the OS deschedules on a busy machine delays only the task it holds while the others take
 # the rest: the finer the cut, the better that balances, as long as a task keeps enough work for the
-# GEMM to stay efficient (each task re-reads its part of the packed weights and pays a claim, ~0.1 us).
+# GEMM to stay efficient (each task re-reads its part of the packed weights and pays a claim).
 # A threaded call is cut into at least _tasks_per_thread tasks per thread, each of at least
 # _min_task_flops FLOPs, as far as the algorithm's tasks rule can cut (rows of one image, images).
-# At 2 threads the rules already give 4 tasks per thread on every suite case but dcgan1 (2 column blocks),
-# which this cuts into 8; 1 MFLOP is 10-20 us of AVX-512 work, far above the ~0.1 us a claim costs, and
-# the GEMM keeps its packed weights per task. On this shared 2-core machine a finer cut (8 per thread,
-# 0.25 MFLOP) measured the same as 4 per thread, within the noise.
+# 1 MFLOP is far above what a claim costs, and the GEMM keeps its packed weights per task
+# (asv_benches/NOTES.md: how the suite's cases are cut, and a finer cut measured).
 cdef int _tasks_per_thread = 4
 cdef double _min_task_flops = 1e6
 
 # A task is also the unit between two looks for Ctrl-C: a call's tasks are cut finer (as for 2x, 4x, ...
 # the threads) until each has at most _task_flops FLOPs (float64 counts double) and _task_elements
-# output elements: about 50 ms on one AVX-512 core, 10 ms for the memory-bound depthwise kernel. Only
-# calls of several GFLOPs or 16M output elements are affected. Free for phase, depthwise and im2col;
-# col2im's bands recompute the input rows they share, which costs it about 4 % serially when forced on a
-# 69-GFLOP layer (its automatic choices are far smaller).
+# output elements (tens of ms of work). Only calls of several GFLOPs or 16M output elements are
+# affected. Free for phase, depthwise and im2col; col2im's bands recompute the input rows they share
+# (asv_benches/NOTES.md: the cost measured; its automatic choices are far smaller).
 cdef double _task_flops = 4e9
 cdef double _task_elements = 1 << 24
 # How often the calling thread looks for signals during a call.
