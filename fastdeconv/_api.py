@@ -16,8 +16,7 @@ def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
     """The layer that runs this call with weights packed once per content (fastdeconv._weight_cache),
     or None for the uncached path (a backend whose ``cache_layers`` is False, as the reference's: the
     oracle shares no machinery with what it checks)."""
-    chosen = registry.REGISTRY.get(backend) if type(backend) is str else None
-    if chosen is not None and not chosen.cache_layers:
+    if type(backend) is str and backend in registry.UNCACHED:
         return None
     layer = CACHE.layer(kind, weight, bias, params, algorithm, backend)
     if layer is not None and type(out) is np.ndarray:

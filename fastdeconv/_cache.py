@@ -27,16 +27,26 @@ class BoundedCache:
         self.max_entries = max_entries
         self._entries: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+        #: ``peek(key, default=None)``: the value under ``key`` without making it the most recently used
+        #: (a plain dict lookup, for a hot path whose misses file the value again with :meth:`put`).
+        self.peek = self._entries.get
         _ALL.add(self)
 
     def get(self, key: Hashable, default=None):
-        """The value filed under ``key`` (now the most recently used), else ``default``."""
-        with self._lock:
-            value = self._entries.get(key, _MISSING)
-            if value is _MISSING:
-                return default
-            self._entries.move_to_end(key)
-            return value
+        """The value filed under ``key`` (now the most recently used), else ``default``.
+
+        A lookup takes no lock (it is on every layer call's path): the OrderedDict's ``get`` and
+        ``move_to_end`` are each one atomic C call, and a key that another thread evicts between the
+        two is simply not moved."""
+        entries = self._entries
+        value = entries.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        try:
+            entries.move_to_end(key)
+        except KeyError:
+            pass
+        return value
 
     def put(self, key: Hashable, value):
         """File ``value`` under ``key``, evicting the least recently used beyond ``max_entries``;

@@ -125,7 +125,7 @@ class _Layer:
         # the kernels read and write float* / double*: unaligned x or out= take the general path, which copies
         if (flags is not None and flags.c_contiguous and flags.aligned
                 and (out is None or (type(out) is np.ndarray and out.flags.aligned))):
-            ready = self._ready.get((x.shape, x.dtype, output_size, get_num_threads()))
+            ready = self._ready.peek((x.shape, x.dtype, output_size, get_num_threads()))
             if ready is not None:   # a shape seen before: validated then, so only out= is left to check
                 run, shape = ready
                 if out is None:

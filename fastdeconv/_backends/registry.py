@@ -21,6 +21,8 @@ from .reference import REFERENCE
 #: backend= name -> backend object, in the order backends() lists them and "auto" asks them; the
 #: first is auto's default.
 REGISTRY: dict[str, Backend] = {backend.name: backend for backend in (CPU, REFERENCE, MPS, MPS_CNN)}
+#: The backends whose layers the function API does not keep between calls (``cache_layers`` False).
+UNCACHED: frozenset = frozenset(name for name, backend in REGISTRY.items() if not backend.cache_layers)
 
 
 class AutoBackend:

@@ -27,6 +27,15 @@ def test_least_recently_used_goes_first():
     assert len(cache) == 2
 
 
+def test_peek_finds_without_touching_the_order():
+    cache = _cache.BoundedCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.peek("a") == 1 and cache.peek("c") is None
+    cache.put("c", 3)           # a stays the least recently used: peek did not touch it
+    assert list(cache) == ["b", "c"]
+
+
 def test_get_or_make_keeps_the_first_value_filed():
     cache = _cache.BoundedCache(2)
     calls = []
