@@ -35,9 +35,10 @@ class BoundedCache:
     def get(self, key: Hashable, default=None):
         """The value filed under ``key`` (now the most recently used), else ``default``.
 
-        A lookup takes no lock (it is on every layer call's path): the OrderedDict's ``get`` and
-        ``move_to_end`` are each one atomic C call, and a key that another thread evicts between the
-        two is simply not moved."""
+        A lookup takes no lock (it is on every layer call's path). Under the GIL the OrderedDict stays
+        consistent whatever other threads file or evict meanwhile (its methods are C code; a key's
+        own ``__eq__`` may let another thread run, never corrupt it), and a key evicted between the
+        lookup and the move is simply not moved."""
         entries = self._entries
         value = entries.get(key, _MISSING)
         if value is _MISSING:
@@ -53,10 +54,14 @@ class BoundedCache:
         returns ``value``."""
         with self._lock:
             self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._file_last(key)
         return value
+
+    def _file_last(self, key) -> None:
+        # with the lock held: key becomes the most recently used, and the bound is kept
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def get_or_make(self, key: Hashable, make: Callable[[], object]):
         """The value under ``key``, or ``make()`` filed there. ``make`` runs outside the lock (it may be
@@ -68,9 +73,7 @@ class BoundedCache:
         made = make()
         with self._lock:
             value = self._entries.setdefault(key, made)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._file_last(key)
         return value
 
     def pop_oldest(self):
@@ -78,15 +81,18 @@ class BoundedCache:
         with self._lock:
             return self._entries.popitem(last=False) if self._entries else None
 
+    def _snapshot(self, view) -> list:
+        # a lock-free get() may reorder the entries while they are copied: copy again
+        with self._lock:
+            while True:
+                try:
+                    return list(view())
+                except RuntimeError:   # "OrderedDict mutated during iteration"
+                    continue
+
     def values(self) -> list:
         """A snapshot of the values, least recently used first."""
-        with self._lock:
-            return list(self._entries.values())
-
-    def items(self) -> list:
-        """A snapshot of the (key, value) pairs, least recently used first."""
-        with self._lock:
-            return list(self._entries.items())
+        return self._snapshot(self._entries.values)
 
     def clear(self) -> None:
         with self._lock:
@@ -99,7 +105,7 @@ class BoundedCache:
         return key in self._entries
 
     def __iter__(self) -> Iterator:
-        return iter(list(self._entries))
+        return iter(self._snapshot(self._entries.keys))
 
 
 def _after_fork_in_child():

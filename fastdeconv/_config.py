@@ -22,9 +22,10 @@ def set_num_threads(n: int) -> None:
     """Use n threads (1 <= n <= MAX_THREADS, 256 unless the machine has more CPUs) in every later call;
     0 restores the default (OMP_NUM_THREADS, else the CPUs this process may use; capped to MAX_THREADS).
 
-    TypeError unless n is an int, ValueError outside 0..MAX_THREADS. Ctrl-C stops a running call
-    within about 0.1 s (its ``out=`` is then partly written). Forked children (``os.fork``, every
-    multiprocessing start method) use threads too: the package's thread pool starts fresh helpers there.
+    TypeError unless n is an integer (Python's or numpy's, not a bool), ValueError outside
+    0..MAX_THREADS. Ctrl-C stops a running call within about 0.1 s (its ``out=`` is then partly
+    written). Forked children (``os.fork``, every multiprocessing start method) use threads too: the
+    package's thread pool starts fresh helpers there.
     """
     if not is_int(n):
         raise TypeError(f"n must be an int, got {n!r}")

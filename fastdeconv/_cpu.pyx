@@ -167,8 +167,8 @@ def _cpu_counts():
 
 # A default-threads call (set_num_threads never called, or 0) runs on fewer threads when other threads
 # already take the CPUs: a helper that the OS deschedules while it holds a task makes the caller wait
-# for it (asv_benches/NOTES.md has the measurement). fd_pool_others_running counts them machine-wide (Linux; elsewhere, or with an
-# explicit set_num_threads(n), n threads are used); when this process may run on only some of the
+# for it (asv_benches/NOTES.md has the measurement). fd_pool_others_running counts them machine-wide
+# (Linux; elsewhere, or with an explicit set_num_threads(n), n threads are used); when this process may run on only some of the
 # CPUs, the others are assumed spread evenly. Re-read at most once per millisecond (the smaller of the
 # last two readings).
 cdef int _usable_cpus, _online_cpus
@@ -416,8 +416,8 @@ def empty_result(shape, dtype):
 
 # ---------------------------------------------------------------------------------------------
 # Running: a Runner binds packed weights to one geometry (one input shape), cuts the output
-# into tasks and runs them on threads. It is built once per input shape (the plan object
-# caches it), so a call only allocates the per-thread workspace and runs.
+# into tasks and runs them on threads. It is built once per input shape (the CPU backend's packed
+# layer caches it), so a call only allocates the per-thread workspace and runs.
 
 # How a call is cut into tasks (_count_tasks). Threads claim tasks one at a time (src/runtime/pool.c), so a
 # thread that the OS deschedules on a busy machine delays only the task it holds while the others take

@@ -192,7 +192,8 @@ class Conv2d(_Layer):
     ``layer(x, out=None)`` returns ``conv2d(x, weight, bias, ..., out=out)``, with the weights packed
     once (the function packs them on the first call of each weight array's contents, see
     :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` (the convolution names
-    :func:`fastdeconv.show_config` lists) and ``backend`` as :class:`ConvTranspose2d`. Calls are thread-safe; the layer keeps private copies of its arrays.
+    :func:`fastdeconv.show_config` lists) and ``backend`` as :class:`ConvTranspose2d`. Calls are
+    thread-safe; the layer keeps private copies of its arrays.
     """
 
     _transposed = False

@@ -20,8 +20,8 @@ layer call then skips validation too.
 Memory: the cache holds at most :data:`MAX_ENTRIES` layers, and evicts the least recently used ones
 while the bytes they hold (their weight copies and packed weights, :meth:`nbytes`) exceed the budget
 set by :func:`set_weight_cache_size` (default :data:`DEFAULT_BYTES`); a layer larger than the whole
-budget is used for its call and not kept. Thread-safe: lookups and insertions hold a lock; a
-layer is built outside it (two threads missing at once may both build; one is kept).
+budget is used for its call and not kept. Thread-safe: insertions hold a lock, lookups need none
+(:class:`fastdeconv._cache.BoundedCache`); a layer is built outside it (two threads missing at once may both build; one is kept).
 
 As for every numpy function, arrays must not be modified while a call is running: a weight changed
 between its fingerprint and its packing is packed as changed but filed under the old content.
@@ -127,7 +127,8 @@ CACHE = LayerCache()
 def set_weight_cache_size(max_bytes: int) -> int:
     """Bytes of packed weights that :func:`conv_transpose2d` and :func:`conv2d` keep between calls
     (default 256 MiB; 0 turns the cache off: every call packs its weights); returns the previous
-    size. Shrinking evicts at the next insertion; :func:`clear_weight_cache` empties it now.
+    size. ``max_bytes`` is an integer (Python's or numpy's) >= 0. Shrinking evicts at the next insertion;
+    :func:`clear_weight_cache` empties it now.
     The cache is keyed by the weights' contents, so it never returns a stale result (see
     :mod:`fastdeconv._weight_cache`)."""
     if not is_int(max_bytes) or max_bytes < 0:

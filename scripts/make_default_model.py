@@ -1,4 +1,4 @@
-"""Write fastdeconv/default_decoder.onnx: the small DCGAN-like decoder that `python -m fastdeconv convert
+"""Write fastdeconv/convert/default_decoder.onnx: the small DCGAN-like decoder that `python -m fastdeconv convert
 OUTDIR` converts when no model is given.
 
     z (N, 16, 1, 1)
@@ -11,7 +11,7 @@ OUTDIR` converts when no model is given.
 Random weights and BatchNorm statistics from a fixed seed; every grouped layer keeps 8 input and 4 or 8
 output channels per group, so MPSCNNConvolutionTranspose can run all four layers.
 
-    python scripts/make_default_model.py [OUTPUT]   (default: fastdeconv/default_decoder.onnx)
+    python scripts/make_default_model.py [OUTPUT]   (default: fastdeconv/convert/default_decoder.onnx)
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def build_model() -> onnx.ModelProto:
 
 
 def main(argv) -> int:
-    output = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "fastdeconv" / "default_decoder.onnx"
+    output = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "fastdeconv" / "convert" / "default_decoder.onnx"
     model = build_model()
     onnx.save(model, str(output))
     print(f"wrote {output} ({output.stat().st_size} bytes)")

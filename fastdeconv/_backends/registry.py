@@ -26,8 +26,9 @@ UNCACHED: frozenset = frozenset(name for name, backend in REGISTRY.items() if no
 
 
 class AutoBackend:
-    """backend="auto": per call, the first registered backend that lists a forced ``algorithm=``, else
-    the first that ``prefers`` the call, else the first registered ("cpu")."""
+    """backend="auto", per call: with ``algorithm=``, the first registered backend that lists it (else the
+    first registered, "cpu", which names the valid ones); without, the first that ``prefers`` the call,
+    else the first registered."""
 
     name = "auto"
 
@@ -36,7 +37,8 @@ class AutoBackend:
         """The backend this call runs on."""
         default = next(iter(REGISTRY.values()))
         if algorithm is not None:
-            return next((backend for backend in REGISTRY.values() if algorithm in backend.algorithms), default)
+            listed = (b for b in REGISTRY.values() if isinstance(algorithm, str) and algorithm in b.algorithms)
+            return next(listed, default)
         return next((backend for backend in REGISTRY.values() if backend.prefers(call)), default)
 
 

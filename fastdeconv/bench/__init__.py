@@ -7,6 +7,7 @@ from .suites import (
     COLUMNS_HELP,
     CONV_SUITE,
     ORT_OPSET,
+    PEAK_SPREAD_TOLERANCE,
     PEERS,
     SUITE,
     SUITES,
@@ -23,6 +24,6 @@ from .suites import (
     sgemm_peak,
 )
 
-__all__ = ["CASES", "COLUMNS_HELP", "CONV_SUITE", "ORT_OPSET", "PEERS", "SUITE", "SUITES", "Case", "Peak", "Peers",
+__all__ = ["CASES", "COLUMNS_HELP", "CONV_SUITE", "ORT_OPSET", "PEAK_SPREAD_TOLERANCE", "PEERS", "SUITE", "SUITES", "Case", "Peak", "Peers",
            "PeerSpec", "format_table", "measure_case", "measure_peak", "median_seconds", "run_bench",
            "sgemm_gflops", "sgemm_peak"]

@@ -1,20 +1,30 @@
 """``fastdeconv convert``: ONNX conv layers to MPS weight files, verified (:mod:`.converter`), with the
 graph reading (:mod:`.graph`) and the verification (:mod:`.verify`). A tool on top of the library:
-nothing in the library imports it."""
+nothing in the library imports it. The names here are those the converter module had."""
 
 from .converter import (
     DEFAULT_MODEL,
     EXIT_CODES,
     INSTALL_HINT,
-    RELATIVE_TOLERANCE,
+    NETWORK_SEED,
+    VERIFY_OPSET,
     Conversion,
-    ConversionError,
     LayerResult,
-    NetworkCheck,
     StrictModeError,
     convert,
+    format_table,
     main,
+)
+from .graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph
+from .verify import (
+    RELATIVE_TOLERANCE,
+    NetworkCheck,
+    layer_runner,
+    max_error,
+    reference_ops,
+    tolerance_for,
     verify_directory,
+    verify_network,
 )
 
 __all__ = ["main", "convert", "verify_directory", "Conversion", "ConversionError", "StrictModeError",
