@@ -40,7 +40,16 @@ def _aligned(array: np.ndarray) -> np.ndarray:
     return array if array.flags.aligned else array.copy()
 
 
+def _reject_masked(value, name: str) -> None:
+    """A masked array would be computed with the values under its mask: refused, with the fix."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a numpy.ma.MaskedArray, whose masked elements would be computed with the "
+                        f"values hidden under the mask; pass np.ma.filled({name}, fill_value) to choose what "
+                        f"they count as, or {name}.data to use the hidden values")
+
+
 def _as_float_array(value, name: str) -> np.ndarray:
+    _reject_masked(value, name)
     array = np.asarray(value)
     if array.dtype not in SUPPORTED_DTYPES:
         native = array.dtype.newbyteorder("=")
@@ -60,6 +69,7 @@ def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
         x = x[np.newaxis]
     dtype = np.result_type(x.dtype, weight.dtype)
     if bias is not None:
+        _reject_masked(bias, "bias")
         bias_array = np.asarray(bias)
         if bias_array.dtype.kind not in "fiu":
             raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
@@ -88,8 +98,8 @@ def prepare_conv2d(x, weight, bias, out, stride=1, padding=0, dilation=1, groups
 def check_out(out, shape, dtype, inputs) -> None:
     """out= must be a writeable C-contiguous ndarray of exactly (shape, dtype), sharing no memory
     with any of the (name, array) inputs."""
-    if not isinstance(out, np.ndarray):
-        raise ValueError(f"out must be a numpy array, got {type(out).__name__}")
+    if not isinstance(out, np.ndarray) or isinstance(out, np.ma.MaskedArray):
+        raise ValueError(f"out must be a numpy array (not a masked array), got {type(out).__name__}")
     if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(
             f"out must be a writeable C-contiguous array of shape {shape} and dtype {dtype}, got shape "

@@ -93,6 +93,17 @@ class _Layer:
         return functools.partial(type(self), **self._kwargs, algorithm=self.algorithm, backend=self.backend), \
             (self.weight, self.bias)
 
+    def __setstate__(self, state):
+        # Reached only by a pickle that __reduce__ did not write (one crafted by hand): a layer is
+        # rebuilt from its weights and parameters through __init__, which validates them; the state's
+        # caches (geometries, bound runs, packed weights) are never trusted.
+        try:
+            weight, bias, kwargs = state["weight"], state.get("bias"), dict(state["_kwargs"])
+            algorithm, backend = state.get("algorithm"), state.get("backend", "cpu")
+        except (TypeError, KeyError, ValueError):
+            raise TypeError(f"not the state of a {type(self).__name__}: it needs its weight and _kwargs") from None
+        type(self).__init__(self, weight, bias, **kwargs, algorithm=algorithm, backend=backend)
+
     def __repr__(self):
         kh, kw = self.weight.shape[1:3]
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())

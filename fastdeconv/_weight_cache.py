@@ -23,8 +23,9 @@ set by :func:`set_weight_cache_size` (default :data:`DEFAULT_BYTES`); a layer la
 budget is used for its call and not kept. Thread-safe: insertions hold a lock, lookups need none
 (:class:`fastdeconv._cache.BoundedCache`); a layer is built outside it (two threads missing at once may both build; one is kept).
 
-As for every numpy function, arrays must not be modified while a call is running: a weight changed
-between its fingerprint and its packing is packed as changed but filed under the old content.
+As for every numpy function, arrays must not be modified while a call is running (that call's result is
+then undefined); but such a race never reaches later calls: a layer is filed only if the weight and
+bias still have the key's contents once it has copied them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class LayerCache:
             layer = kind(weight, bias, *params, algorithm=algorithm, backend=backend)
         except Exception:
             layer = None   # remembered, so that a call that cannot be cached does not try again each time
-        self._insert(key, layer)
+        # Filed only if the arrays still hold the contents of the key: another thread that wrote to
+        # them while the layer copied them would otherwise file other contents' layer under this key.
+        if _cpu.fingerprint(weight) == weight_key and (bias is None or _array_key(bias) == bias_key):
+            self._insert(key, layer)
         return layer
 
     def _insert(self, key, layer) -> None:

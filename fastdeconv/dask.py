@@ -165,6 +165,15 @@ def _stand_in(x):
     return np.broadcast_to(np.empty((), dtype=np.dtype(x.dtype)), x.shape)
 
 
+def _snapshot(array):
+    """A read-only private copy of an array (None stays None)."""
+    if array is None:
+        return None
+    copy = np.array(array, copy=True)
+    copy.flags.writeable = False
+    return copy
+
+
 def _apply(x, call, backend, algorithm):
     """The lazy result of a validated call (x: the caller's dask array)."""
     # decided once for the whole layer, as the in-memory call does: every block runs its backend and
@@ -172,7 +181,9 @@ def _apply(x, call, backend, algorithm):
     chosen = registry.choose(call, registry.get(backend), algorithm)
     algorithm = chosen.resolve_algorithm(algorithm, call.geometry)
     g = call.geometry
-    kernel = _kernel(call.weight, call.bias, call.dtype, g.transposed, chosen.name, algorithm,
+    # The graph keeps the weights as they are now, in read-only private copies that its token is taken
+    # from: a caller that reuses its buffers after building the graph changes neither.
+    kernel = _kernel(_snapshot(call.weight), _snapshot(call.bias), call.dtype, g.transposed, chosen.name, algorithm,
                      (g.in_channels, g.out_channels, g.kernel_hw, g.stride, g.dilation, g.groups))
     if call.unbatched:
         x = x[np.newaxis]

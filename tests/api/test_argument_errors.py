@@ -358,3 +358,24 @@ def test_transposed_output_shape_output_padding_errors():
         fastdeconv.conv_transpose2d_output_shape((4, 4), (3, 3), dilation=0)
     with pytest.raises(ValueError, match=r"dilation.*0"):
         fastdeconv.conv2d_output_shape((4, 4), (3, 3), dilation=(1, 0))
+
+
+@pytest.mark.parametrize("masked", ["x", "weight", "bias", "layer x", "layer weight", "out"])
+def test_masked_arrays_are_refused_with_the_fix(masked):
+    """A masked element would be computed with the value hidden under the mask (a masked 1e30 in the
+    result): refused, naming np.ma.filled."""
+    x, w, b = np.ones((1, 3, 3, 2)), np.ones((2, 3, 3, 2)), np.ones(2)
+    x[0, 1, 1, 0] = w[0, 1, 1, 0] = b[0] = 1e30
+    mask = lambda a: np.ma.masked_array(a, mask=a == 1e30)   # noqa: E731
+    out = np.ma.masked_array(np.empty((1, 5, 5, 2)))
+    calls = {
+        "x": lambda: fastdeconv.conv_transpose2d(mask(x), w, b),
+        "weight": lambda: fastdeconv.conv_transpose2d(x, mask(w), b),
+        "bias": lambda: fastdeconv.conv2d(x, w, mask(b), padding=1),
+        "layer x": lambda: fastdeconv.ConvTranspose2d(w, b)(mask(x)),
+        "layer weight": lambda: fastdeconv.Conv2d(mask(w), b),
+        "out": lambda: fastdeconv.conv_transpose2d(x, w, b, out=out),
+    }
+    error = ValueError if masked == "out" else TypeError
+    with pytest.raises(error, match="np.ma.filled" if masked != "out" else "masked"):
+        calls[masked]()

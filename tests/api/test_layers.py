@@ -215,3 +215,51 @@ def test_conv2d_layer_property_against_the_reference(data):
             fastdeconv.Conv2d(weight, None, **params)(x)
         return
     np.testing.assert_allclose(fastdeconv.Conv2d(weight, None, **params)(x), want, rtol=1e-10, atol=1e-10)
+
+
+# A layer state crafted by hand (never written by __reduce__): its caches map a small input to the
+# geometry of a large one, which would let the kernels read past x. Run in a child: the old behaviour
+# was a SIGSEGV.
+_CRAFTED_STATE = """
+import pickle
+import numpy as np
+import fastdeconv
+from fastdeconv import _params
+
+w = np.ones((4, 3, 3, 4), np.float32)
+real = fastdeconv.ConvTranspose2d(w)
+x = np.ones((1, 2, 2, 4), np.float32)
+big = _params.resolve_conv_transpose2d((1, 512, 512, 4), w.shape)
+state = {key: value for key, value in vars(real).items() if key in ("weight", "bias", "geometry", "backend",
+                                                                   "algorithm", "_kwargs")}
+state["_geometries"] = {(x.shape, None): big}
+state["_ready"] = {}
+state["_layers"] = {}
+
+
+class Crafted:
+    def __reduce__(self):
+        return object.__new__, (fastdeconv.ConvTranspose2d,), state
+
+
+layer = pickle.loads(pickle.dumps(Crafted()))
+y = layer(x)
+assert y.shape == (1, 4, 4, 4), y.shape
+np.testing.assert_allclose(y, fastdeconv.reference.conv_transpose2d(x, w), rtol=1e-6)
+try:
+    pickle.loads(pickle.dumps(type("Bad", (), {"__reduce__": lambda self: (object.__new__,
+                                               (fastdeconv.Conv2d,), {"bias": None})})()))
+except TypeError as error:
+    assert "weight" in str(error), error
+else:
+    raise AssertionError("a state without a weight was accepted")
+print("ok")
+"""
+
+
+def test_a_crafted_layer_state_is_rebuilt_not_trusted():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CRAFTED_STATE], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"

@@ -222,3 +222,53 @@ def test_fingerprint_of_a_large_array_is_the_same_on_any_thread_count():
         assert _cpu.fingerprint(a[:-1])[:2] != serial[:2]   # one element shorter
     finally:
         fastdeconv.set_num_threads(previous)
+
+
+def test_a_weight_written_while_its_layer_is_built_never_reaches_later_calls(monkeypatch):
+    """The race of a writer thread, made deterministic: the caller's weight changes after the cache took
+    its fingerprint and before the layer copied it. That call's result is undefined (a race, as for any
+    numpy function), but the layer built from the new contents must not be filed under the old ones."""
+    x, w1, b = _arrays(seed=5)
+    w2 = -w1
+    w = w1.copy()
+    construct = fastdeconv.ConvTranspose2d.__init__
+
+    def written_during_construction(self, weight, *args, **kwargs):
+        weight[...] = w2   # another thread's write, between the fingerprint and the copy
+        construct(self, weight, *args, **kwargs)
+
+    monkeypatch.setattr(fastdeconv.ConvTranspose2d, "__init__", written_during_construction)
+    fastdeconv.conv_transpose2d(x, w, b, stride=2)
+    monkeypatch.setattr(fastdeconv.ConvTranspose2d, "__init__", construct)
+    w[...] = w1   # the old contents again: later calls must compute them
+    for _ in range(2):
+        _close(fastdeconv.conv_transpose2d(x, w, b, stride=2), ref.conv_transpose2d(x, w1, b, stride=2))
+
+
+def test_writers_racing_calls_leave_no_wrong_entry():
+    """Threads flip a weight between two contents while others call; afterwards every single-threaded
+    call with either contents equals the reference."""
+    x, w1, b = _arrays(seed=6)
+    w2 = w1[::-1].copy()
+    w = w1.copy()
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            w[...] = w2
+            w[...] = w1
+
+    def caller():
+        for _ in range(200):
+            fastdeconv.conv_transpose2d(x, w, b, padding=1)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=caller) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads[1:]:
+        thread.join()
+    stop.set()
+    threads[0].join()
+    for contents in (w1, w2, w1):
+        w[...] = contents
+        _close(fastdeconv.conv_transpose2d(x, w, b, padding=1), ref.conv_transpose2d(x, contents, b, padding=1))

@@ -150,6 +150,7 @@ def test_help_explains_every_column(capsys):
 def steady_peak(monkeypatch):
     """A fixed sgemm speed: the 2048² peak measurements take seconds on a loaded machine. (BLAS threads
     are taken as settable: the bench then imports threadpoolctl, which the test extra installs.)"""
+    pytest.importorskip("threadpoolctl")   # an optional package: the tests that need it skip without it
     monkeypatch.setattr(bench, "_blas_unavailable", lambda: "")
     monkeypatch.setattr(bench, "sgemm_gflops", lambda threads, seconds=0.5, size=2048: 1e6)
 

@@ -274,6 +274,31 @@ def test_big_endian_input():
     np.testing.assert_array_equal(got, fastdeconv.conv_transpose2d(x, w, stride=2))
 
 
+def _buffer_reuse(scheduler):
+    """A graph built, the caller's weight and bias buffers then reused for other values (as numpy code
+    does): both that graph and a later one with the first values compute the first values."""
+    rng = np.random.default_rng(12)
+    x_np = rng.standard_normal((2, 9, 10, 6)).astype(np.float32)
+    w1, b1 = rng.standard_normal((6, 4, 4, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    w2, b2 = rng.standard_normal((6, 4, 4, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x = da.from_array(x_np, chunks=(1, 4, 5, 6))
+    w, b = w1.copy(), b1.copy()
+    lazy = fastdeconv.conv_transpose2d(x, w, b, stride=2, padding=1)
+    w[...], b[...] = w2, b2                       # the buffers reused after the graph was built
+    later = fastdeconv.conv_transpose2d(x, w1.copy(), b1.copy(), stride=2, padding=1)
+    want = fastdeconv.reference.conv_transpose2d(x_np, w1, b1, stride=2, padding=1)
+    for y in (lazy, later):
+        assert_close(y.compute(scheduler=scheduler), want, np.float32, 6 * 4)
+    other = fastdeconv.conv_transpose2d(x, w, b, stride=2, padding=1)   # the new contents: their own result
+    assert_close(other.compute(scheduler=scheduler),
+                 fastdeconv.reference.conv_transpose2d(x_np, w2, b2, stride=2, padding=1), np.float32, 6 * 4)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_a_graph_keeps_the_weights_it_was_built_with(scheduler):
+    _buffer_reuse(scheduler)
+
+
 def test_the_graph_holds_the_weights_once_and_packs_them_once():
     """64 output blocks: the pickled graph carries the 1 MiB weight once, and computing it twice
     packs the weights once."""
@@ -340,6 +365,10 @@ def test_weights_are_packed_once_per_worker(client):
         np.testing.assert_array_equal(y.compute(), fastdeconv.conv_transpose2d(x.compute(), w, stride=2, padding=1))
     after = client.run(lambda: __import__("fastdeconv.dask").dask.packings)
     assert {address: after[address] - before[address] for address in after} == {a: 1 for a in after}
+
+
+def test_a_graph_keeps_the_weights_it_was_built_with_on_process_workers(client):
+    _buffer_reuse(None)
 
 
 def test_configure_workers(client):
