@@ -35,6 +35,7 @@ del _import_extension
 from . import reference  # noqa: E402 - after the extension check, which gives the clear error
 from ._api import conv2d, conv_transpose2d
 from ._backends.registry import backends
+from ._call import LayoutWarning
 from ._config import get_num_threads, set_num_threads, show_config
 from ._layers import Conv2d, ConvTranspose2d
 from ._params import conv2d_output_shape, conv_transpose2d_output_shape
@@ -45,6 +46,7 @@ __all__ = [
     "conv2d",
     "ConvTranspose2d",
     "Conv2d",
+    "LayoutWarning",
     "set_weight_cache_size",
     "clear_weight_cache",
     "backends",

@@ -33,7 +33,7 @@ def _run_cached(layer, x, **kwargs):
             CACHE.trim()
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
                      output_size=None, backend="auto", algorithm=None, out=None):
     """Grouped 2-D transposed convolution ("deconvolution") of NHWC data.
 
@@ -98,10 +98,11 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
-        return dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding, dilation, groups,
-                                        output_size=output_size, backend=backend, algorithm=algorithm, out=out)
-    layer = _cached_layer(ConvTranspose2d, weight, bias, (stride, padding, output_padding, dilation, groups),
-                          algorithm, backend, out)
+        return dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding=output_padding,
+                                     dilation=dilation, groups=groups, output_size=output_size, backend=backend,
+                                     algorithm=algorithm, out=out)
+    params = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
+    layer = _cached_layer(ConvTranspose2d, weight, bias, params, algorithm, backend, out)
     if layer is not None:
         return _run_cached(layer, x, output_size=output_size, out=out)
     call = prepare_conv_transpose2d(x, weight, bias, out, stride, padding, output_padding, dilation, groups,
@@ -109,7 +110,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     return registry.run(call, registry.get(backend), algorithm)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", algorithm=None,
+def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, backend="auto", algorithm=None,
            out=None):
     """Grouped 2-D convolution (cross-correlation) of NHWC data.
 
@@ -128,9 +129,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
-        return dask.conv2d(x, weight, bias, stride, padding, dilation, groups, backend=backend,
+        return dask.conv2d(x, weight, bias, stride, padding, dilation=dilation, groups=groups, backend=backend,
                               algorithm=algorithm, out=out)
-    layer = _cached_layer(Conv2d, weight, bias, (stride, padding, dilation, groups), algorithm, backend, out)
+    layer = _cached_layer(Conv2d, weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
+                          algorithm, backend, out)
     if layer is not None:
         return _run_cached(layer, x, out=out)
     call = prepare_conv2d(x, weight, bias, out, stride, padding, dilation, groups)

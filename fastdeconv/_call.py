@@ -8,6 +8,9 @@ calls and honours ``out=``.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +19,7 @@ from ._params import ConvGeometry, resolve_conv2d, resolve_conv_transpose2d
 
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _SUPPORTED_NAMES = "float16, float32 or float64"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 @dataclass
@@ -48,6 +52,43 @@ def _reject_masked(value, name: str) -> None:
                         f"they count as, or {name}.data to use the hidden values")
 
 
+class LayoutWarning(UserWarning):
+    """A conv_transpose2d weight whose shape looks like torch's ConvTranspose2d layout (C_in, C_out/g,
+    kH, kW) rather than fastdeconv's (C_in, kH, kW, C_out/g), given without the bias that would tell."""
+
+
+def _looks_like_torch_transposed(w_shape) -> bool:
+    """(C_in, A, k, k) with A >= 8, A > 2k and k >= 2: torch's (C_in, C_out/g=A, k, k) far more likely
+    than a kernel of A rows by k columns (more than twice as tall as wide) with exactly k outputs per
+    group."""
+    return len(w_shape) == 4 and w_shape[1] >= 8 and w_shape[1] > 2 * w_shape[2] and w_shape[2] == w_shape[3] >= 2
+
+
+def _warn_layout(w_shape) -> None:
+    frame, level = sys._getframe(1), 2   # stacklevel 2 is the frame that called this function
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):   # the caller's line
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"weight {tuple(w_shape)} is read as (C_in, kH, kW, C_out // groups) = a {w_shape[1]}x{w_shape[2]} "
+                  f"kernel with {w_shape[3]} outputs per group; if it is torch's ConvTranspose2d layout (C_in, "
+                  f"C_out // groups, kH, kW), pass weight.transpose(0, 2, 3, 1)", LayoutWarning, stacklevel=level)
+
+
+def _bias_hint(bias_shape, w_shape, geometry: ConvGeometry) -> str:
+    """Why a bias disagrees with the weight, when the weight is the likely culprit."""
+    length, groups = (bias_shape[0], geometry.groups) if len(bias_shape) == 1 else (None, 0)
+    if not geometry.transposed or length is None:
+        return ""
+    if length == w_shape[1] * groups != w_shape[3] * groups:
+        return ("; weight looks like torch's ConvTranspose2d layout (C_in, C_out // groups, kH, kW), whose C_out "
+                "the bias has: pass weight.transpose(0, 2, 3, 1)")
+    if w_shape[3] and length % w_shape[3] == 0:
+        fitting = length // w_shape[3]
+        if fitting not in (0, groups) and geometry.in_channels % fitting == 0:
+            return (f"; groups={fitting} makes the shapes agree (len(bias) / weight.shape[3] = {length} / "
+                    f"{w_shape[3]}): did you forget groups=?")
+    return ""
+
+
 def _as_float_array(value, name: str) -> np.ndarray:
     _reject_masked(value, name)
     array = np.asarray(value)
@@ -59,8 +100,10 @@ def _as_float_array(value, name: str) -> np.ndarray:
     return _aligned(array)
 
 
-def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
-    """Validate a call. ``resolve(x_shape, w_shape)`` returns its ConvGeometry."""
+def prepare(x, weight, bias, out, *, transposed: bool, resolve, check_layout: bool = True) -> Call:
+    """Validate a call. ``resolve(x_shape, w_shape)`` returns its ConvGeometry. ``check_layout``:
+    warn (:class:`LayoutWarning`) of a bias-less transposed weight shaped as torch's layout would be
+    (a layer checks once, when it is built)."""
     x = _as_float_array(x, "x")
     weight = _as_float_array(weight, "weight")
     geometry = resolve(x.shape, weight.shape)
@@ -74,8 +117,11 @@ def prepare(x, weight, bias, out, *, transposed: bool, resolve) -> Call:
         if bias_array.dtype.kind not in "fiu":
             raise TypeError(f"bias has dtype {bias_array.dtype}; it must be real numbers ({_SUPPORTED_NAMES})")
         if bias_array.shape != (geometry.out_channels,):
-            raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}")
+            raise ValueError(f"bias must have shape (C_out,) = ({geometry.out_channels},), got {bias_array.shape}"
+                             + _bias_hint(bias_array.shape, weight.shape, geometry))
         bias = _aligned(bias_array.astype(dtype, copy=False))
+    elif transposed and check_layout and _looks_like_torch_transposed(weight.shape):
+        _warn_layout(weight.shape)
     call = Call(x, weight, bias, geometry, dtype, unbatched, out)
     if out is not None:
         check_out(out, call.result_shape, dtype, (("x", x), ("weight", weight), ("bias", bias)))

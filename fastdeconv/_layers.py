@@ -56,6 +56,20 @@ class _Layer:
 
     _transposed: bool
     _weight_in_axis: int
+    _layout: str
+
+    def __new__(cls, *args, **kwargs):
+        # torch.nn's constructors take (in_channels, out_channels, kernel_size, ...) and make weights;
+        # said here, before the signature's binding would report "multiple values for argument 'stride'"
+        weight = args[0] if args else kwargs.get("weight")
+        if is_int(weight):
+            given = ", ".join(map(repr, args[:3]))
+            raise TypeError(f"{cls.__name__}({given}, ...): fastdeconv's layers take trained weights, not "
+                            f"channel counts as torch.nn.{cls.__name__}(in_channels, out_channels, kernel_size) "
+                            f"does; pass weight of shape {cls._layout} (from a torch module m: "
+                            f"m.weight.detach().numpy().transpose(0, 2, 3, 1)), then bias=m.bias, stride=..., "
+                            f"padding=...")
+        return super().__new__(cls)
 
     def __init__(self, weight, bias, kwargs, algorithm, backend):
         self._kwargs = kwargs
@@ -151,7 +165,7 @@ class _Layer:
             from . import dask
 
             return dask.apply_layer(self, x, output_size=output_size, out=out)
-        call = prepare(x, self.weight, self.bias, out, transposed=self._transposed,
+        call = prepare(x, self.weight, self.bias, out, transposed=self._transposed, check_layout=False,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
         backend = registry.choose(call, self._backend, self.algorithm)
         layer = self._layer(backend, call.dtype)
@@ -165,7 +179,7 @@ class _Layer:
 class ConvTranspose2d(_Layer):
     """A transposed-convolution layer with its weights prepared once.
 
-    ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
+    ``layer = ConvTranspose2d(weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1,
     groups=1)`` takes the arguments of :func:`fastdeconv.conv_transpose2d` (weight (C_in, kH, kW,
     C_out // groups)); ``layer(x, output_size=None, out=None)`` returns
     ``conv_transpose2d(x, weight, bias, ..., output_size=output_size, out=out)``.
@@ -181,10 +195,11 @@ class ConvTranspose2d(_Layer):
 
     _transposed = True
     _weight_in_axis = 0
+    _layout = "(C_in, kH, kW, C_out // groups)"
     _probe = staticmethod(_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv_transpose2d)
 
-    def __init__(self, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+    def __init__(self, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
                  algorithm=None, backend="cpu"):
         super().__init__(weight, bias, dict(stride=stride, padding=padding, output_padding=output_padding,
                                             dilation=dilation, groups=groups), algorithm, backend)
@@ -198,7 +213,7 @@ class ConvTranspose2d(_Layer):
 class Conv2d(_Layer):
     """A convolution layer with its weights prepared once.
 
-    ``layer = Conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1)`` takes the
+    ``layer = Conv2d(weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1)`` takes the
     arguments of :func:`fastdeconv.conv2d` (weight (C_out, kH, kW, C_in // groups), MPSCNN's OHWI);
     ``layer(x, out=None)`` returns ``conv2d(x, weight, bias, ..., out=out)``, with the weights packed
     once (the function packs them on the first call of each weight array's contents, see
@@ -209,10 +224,11 @@ class Conv2d(_Layer):
 
     _transposed = False
     _weight_in_axis = 3
+    _layout = "(C_out, kH, kW, C_in // groups)"
     _probe = staticmethod(_forward_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv2d)
 
-    def __init__(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algorithm=None,
+    def __init__(self, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, algorithm=None,
                  backend="cpu"):
         super().__init__(weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
                          algorithm, backend)

@@ -303,6 +303,36 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
     return geometry
 
 
+def _layout_hint(x_shape, w_shape, groups, transposed) -> str:
+    """The likely cause of a channel mismatch between x and weight, with its fix ("" if none fits):
+    channels-first x, a weight in torch's or TF's layout, or a forgotten groups."""
+    channels_axis = len(x_shape) - 3   # axis 1 of (N, C, H, W), axis 0 of (C, H, W)
+    to_channels_last = "(0, 2, 3, 1)" if len(x_shape) == 4 else "(1, 2, 0)"
+    if transposed:
+        weights = {"": w_shape[0],
+                   " and weight looks like TF's conv2d_transpose filter (kH, kW, C_out, C_in): pass "
+                   "weight.transpose(3, 0, 1, 2)": w_shape[3]}
+    else:
+        weights = {"": w_shape[3] * groups,
+                   " and weight looks like torch's Conv2d layout (C_out, C_in // groups, kH, kW): pass "
+                   "weight.transpose(0, 2, 3, 1)": w_shape[1] * groups,
+                   " and weight looks like TF's HWIO filter (kH, kW, C_in, C_out): pass "
+                   "weight.transpose(3, 0, 1, 2)": w_shape[2] * groups}
+    hints = []
+    for weight_hint, channels in weights.items():
+        if x_shape[-1] == channels and weight_hint:
+            hints.append(weight_hint[len(" and "):])
+        elif x_shape[channels_axis] == channels != x_shape[-1]:
+            hints.append(f"x looks channels-first {('(N, C, H, W)', '(C, H, W)')[channels_axis == 0]}: fastdeconv "
+                         f"takes channels-last (NHWC) input, pass x.transpose{to_channels_last}" + weight_hint)
+    if not transposed and w_shape[3] and x_shape[-1] % w_shape[3] == 0:
+        fitting = x_shape[-1] // w_shape[3]
+        if fitting not in (0, groups) and w_shape[0] % fitting == 0:
+            hints.append(f"groups={fitting} makes the shapes agree (C_in / weight.shape[3] = {x_shape[-1]} / "
+                         f"{w_shape[3]}): did you forget groups=?")
+    return "".join(f"; {hint}" for hint in hints)
+
+
 def _check_shapes(x_shape, w_shape, groups, transposed):
     """Validate ndim, channels and groups; return (batch, input_hw, C_in, C_out, kernel_hw)."""
     if len(x_shape) not in (3, 4):
@@ -318,21 +348,18 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
     kernel_hw = (int(w_shape[1]), int(w_shape[2]))
     if min(kernel_hw) < 1:
         raise ValueError(f"weight's kernel size must be >= 1, got kernel {kernel_hw} from weight shape {tuple(w_shape)}")
+    expected_in = int(w_shape[0]) if transposed else int(w_shape[3]) * groups
+    if in_channels != expected_in:
+        layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
+        grouped = "" if transposed else f" with groups={groups}"
+        raise ValueError(f"x has C_in={in_channels} channels (its last axis) but weight {tuple(w_shape)}{grouped} "
+                         f"expects C_in={expected_in} (weight is {layout})"
+                         + _layout_hint(tuple(x_shape), tuple(w_shape), groups, transposed))
     if in_channels % groups:
         raise ValueError(f"C_in={in_channels} (x's last axis) is not divisible by groups={groups}")
     if transposed:
-        if w_shape[0] != in_channels:
-            raise ValueError(
-                f"x has C_in={in_channels} channels but weight {tuple(w_shape)} expects C_in={w_shape[0]} "
-                "(weight is (C_in, kH, kW, C_out // groups))"
-            )
         out_channels = int(w_shape[3]) * groups
     else:
-        if w_shape[3] * groups != in_channels:
-            raise ValueError(
-                f"x has C_in={in_channels} channels but weight {tuple(w_shape)} with groups={groups} expects "
-                f"C_in={w_shape[3] * groups} (weight is (C_out, kH, kW, C_in // groups))"
-            )
         out_channels = int(w_shape[0])
         if out_channels % groups:
             raise ValueError(f"C_out={out_channels} (weight's first axis) is not divisible by groups={groups}")

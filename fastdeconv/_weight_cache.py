@@ -67,14 +67,14 @@ class LayerCache:
         # a layer inserted since the last trim, whose first call may pack (backend="auto" packs lazily)
         self.untrimmed = False
 
-    def layer(self, kind, weight, bias, params: tuple, algorithm, backend):
-        """The cached ``kind(weight, bias, *params, algorithm=, backend=)`` layer, built on a miss; None
+    def layer(self, kind, weight, bias, params: dict, algorithm, backend):
+        """The cached ``kind(weight, bias, **params, algorithm=, backend=)`` layer, built on a miss; None
         when the call cannot be cached (the caller then takes the uncached path, which also raises
         the errors of invalid arguments)."""
         # every call of the function API passes here: the common case (plain ints, arrays) first
         if self.max_bytes <= 0 or type(weight) is not np.ndarray:
             return None
-        for value in params:
+        for value in params.values():
             if type(value) is not int and not _exact(value):
                 return None
         if not (_exact(algorithm) and _exact(backend)):
@@ -87,12 +87,13 @@ class LayerCache:
             bias_key = _array_key(bias)
             if bias_key is None:
                 return None
-        key = (kind, weight_key, weight.shape, weight.strides, weight.dtype, bias_key, params, algorithm, backend)
+        key = (kind, weight_key, weight.shape, weight.strides, weight.dtype, bias_key, tuple(params.values()),
+               algorithm, backend)
         layer = self._entries.get(key, _MISSING)
         if layer is not _MISSING:
             return layer
         try:
-            layer = kind(weight, bias, *params, algorithm=algorithm, backend=backend)
+            layer = kind(weight, bias, **params, algorithm=algorithm, backend=backend)
         except Exception:
             layer = None   # remembered, so that a call that cannot be cached does not try again each time
         # Filed only if the arrays still hold the contents of the key: another thread that wrote to

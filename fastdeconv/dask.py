@@ -97,7 +97,7 @@ packings = 0
 # The public entry points (reached from fastdeconv.conv_transpose2d / conv2d / the layer objects)
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
                      output_size=None, backend="auto", algorithm=None, out=None):
     """:func:`fastdeconv.conv_transpose2d` of a dask array: a lazy dask array of the result.
 
@@ -112,7 +112,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     return _apply(x, call, backend, algorithm)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto", algorithm=None,
+def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, backend="auto", algorithm=None,
            out=None):
     """:func:`fastdeconv.conv2d` of a dask array: a lazy dask array of the result.
 

@@ -74,7 +74,7 @@ def conv2d_geometry(x: np.ndarray, w: np.ndarray, bias, geometry: ConvGeometry) 
     return y
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1, *,
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
                      output_size=None, out=None):
     """Reference transposed convolution; same contract as :func:`fastdeconv.conv_transpose2d`."""
     call = prepare_conv_transpose2d(x, weight, bias, out, stride, padding, output_padding, dilation, groups,
@@ -83,7 +83,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     return finish(call, y)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, out=None):
     """Reference convolution; same contract as :func:`fastdeconv.conv2d`."""
     call = prepare_conv2d(x, weight, bias, out, stride, padding, dilation, groups)
     y = conv2d_geometry(call.x, call.weight, call.bias, call.geometry)

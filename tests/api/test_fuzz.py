@@ -95,13 +95,18 @@ ARRAY_MUTATIONS = {
     "x": ["dtype=int32", "dtype=int8", "dtype=uint64", "dtype=bool", "dtype=complex64", "dtype=complex128",
           "dtype=object", "dtype=str", "dtype=longdouble", "dtype=datetime64", "dtype=float16", "dtype=>f8",
           "ndim=0", "ndim=1", "ndim=2", "ndim=5", "zero=N", "zero=H", "zero=W", "channels+1", "list", "None",
-          "str"],
+          "str", "masked", "channels-first"],
     "weight": ["dtype=int64", "dtype=uint8", "dtype=bool", "dtype=complex128", "dtype=object", "dtype=str",
                "dtype=longdouble", "dtype=float32", "dtype=>f4", "ndim=3", "ndim=5", "zero=kH", "zero=kW",
-               "channels+1", "list", "None"],
+               "channels+1", "list", "None", "masked", "torch-layout"],
     "bias": ["length+1", "length-1", "ndim=0", "ndim=2", "dtype=bool", "dtype=complex128", "dtype=object",
-             "dtype=str", "dtype=int64", "dtype=uint8", "dtype=float16", "dtype=float64", "list", "scalar"],
+             "dtype=str", "dtype=int64", "dtype=uint8", "dtype=float16", "dtype=float64", "list", "scalar",
+             "masked"],
 }
+# Layout mistakes (x channels-first, a weight in torch's layout): a different but possibly valid call;
+# either it computes what the reference computes for the arrays as given, or it raises, and an error
+# about channels or the bias that the mistake explains names the mistake and its fix.
+LAYOUT_MUTATIONS = {"channels-first": "x looks channels-first", "torch-layout": "looks like torch's"}
 # Array mutations that keep the call valid (the call must succeed).
 VALID_ARRAY_MUTATIONS = {
     "x": {"dtype=float16", "dtype=>f8", "zero=N", "list"},
@@ -160,8 +165,10 @@ def array_suspects(name: str, mutation: str) -> set:
     """Argument names an error caused by this array mutation may name."""
     if name == "bias":
         return {"bias"}
-    if mutation.startswith(("dtype=", "ndim=")) or mutation in ("None", "str"):
+    if mutation.startswith(("dtype=", "ndim=")) or mutation in ("None", "str", "masked"):
         return {name}
+    if mutation in LAYOUT_MUTATIONS:   # the reinterpreted shape may break any geometry rule
+        return {"x", "weight", "groups", "bias", *GEOMETRY_ARGS}
     return {"x", "weight", "groups"} | ({"bias"} if name == "weight" else set())
 
 
@@ -374,6 +381,13 @@ def _mutate_array(array, mutation, name, rng, kind):
         return array.tolist()
     if mutation == "scalar":
         return 1.5
+    if mutation == "masked":   # the hidden values are huge: computing them would show
+        mask = rng.random(array.shape) < 0.3
+        return np.ma.masked_array(np.where(mask, 1e30, array).astype(array.dtype), mask=mask)
+    if mutation == "channels-first":   # (N, H, W, C) -> (N, C, H, W); unbatched (H, W, C) -> (C, H, W)
+        return np.moveaxis(array, -1, -3)
+    if mutation == "torch-layout":     # ours (A, kH, kW, B) -> torch's (A, B, kH, kW), both operations
+        return array.transpose(0, 3, 1, 2)
     if mutation.startswith("dtype="):
         dtype = np.dtype("datetime64[s]" if mutation == "dtype=datetime64" else
                          "U8" if mutation == "dtype=str" else mutation[6:])
@@ -421,7 +435,8 @@ def build(ex: Example):
             if base is None:   # a bias mutation on a call without bias
                 base = _values((cout,), ex.values[2], rng).astype(result)
             args[name] = _mutate_array(base, value, name, rng, "t" if transposed else "c")
-            verdict = "valid" if value in VALID_ARRAY_MUTATIONS[name] else "invalid"
+            verdict = ("valid" if value in VALID_ARRAY_MUTATIONS[name] else
+                       "maybe" if value in LAYOUT_MUTATIONS else "invalid")
             if value == "list" and np.asarray(args[name]).shape != base.shape:
                 verdict = "invalid"   # nested lists lose leading zero-size axes: [] is 1-D
             verdicts.append((name, verdict, array_suspects(name, value)))
@@ -622,6 +637,24 @@ def run(ex: Example, x, w, b, kwargs):
     return fn(x, w, b, **kwargs, backend="cpu", algorithm=ex.algorithm), None
 
 
+def _layout_hint_expected(ex: Example, message: str):
+    """The words an error must hold when the example's only mutation is a layout mistake that the
+    error's own subject (the channel count, the bias length) reveals; None when none is owed."""
+    if len(ex.mutations) != 1 or ex.cig == 0 or ex.cog == 0:
+        return None
+    name, mutation = ex.mutations[0]
+    if name not in ("x", "weight") or mutation not in LAYOUT_MUTATIONS:
+        return None
+    cin, transposed = ex.groups * ex.cig, ex.op != "c"
+    if name == "x" and "channels (its last axis)" in message:
+        return LAYOUT_MUTATIONS[mutation] if ex.hw[1] != cin else None
+    if name == "weight" and not transposed and "channels (its last axis)" in message:
+        return LAYOUT_MUTATIONS[mutation]   # torch's (C_out, C_in/g, kH, kW): axis 1 has the channels
+    if name == "weight" and transposed and message.startswith("bias must have shape"):
+        return LAYOUT_MUTATIONS[mutation]   # the bias has torch's C_out = g · axis 1
+    return None
+
+
 def check_example(ex: Example):
     x, w, b, kwargs, verdicts = build(ex)
     must_raise = any(v == "invalid" for _, v, _ in verdicts)
@@ -645,6 +678,12 @@ def check_example(ex: Example):
         else:
             assert _names(message, suspects), (
                 f"{type(error).__name__} names none of {sorted(suspects)}: {message!r}\n{ex}")
+        hint = _layout_hint_expected(ex, message)
+        assert hint is None or hint in message, f"the error does not say {hint!r}: {message!r}\n{ex}"
+        masked_only = (len(ex.mutations) == 1 and ex.mutations[0][0] in ("x", "weight", "bias")
+                       and ex.mutations[0][1] == "masked")
+        if masked_only and not ex.beyond_limits and ex.cig and ex.cog and ex.algorithm is None:
+            assert "np.ma.filled" in message, f"a masked argument's error does not name the fix: {message!r}\n{ex}"
         event(f"raised {type(error).__name__}")
     except Exception as error:  # noqa: BLE001 - any other exception type is the failure under test
         pytest.fail(f"{type(error).__name__} (only ValueError/TypeError may be raised): {error}\n{ex}")

@@ -106,8 +106,9 @@ def test_embedded_model(tmp_path, capsys):
         w, b = weights.load_mps(out, layer["name"], layer["weight_shape"])
         w_mps, _ = weights.load_mps(out, f"{layer['name']}_mpscnn", settings["weight_shape"])
         x = rng.standard_normal(layer["input_shape_nhwc"]).astype(np.float32)
-        expected = fastdeconv.conv_transpose2d(x, w, b, layer["stride"], layer["padding"], layer["output_padding"],
-                                               layer["dilation"], layer["groups"])
+        expected = fastdeconv.conv_transpose2d(x, w, b, layer["stride"], layer["padding"],
+                                               output_padding=layer["output_padding"], dilation=layer["dilation"],
+                                               groups=layer["groups"])
         assert list(expected.shape) == layer["output_shape_nhwc"]
         params = weights.MPSCNNTransposeParams(**{k: v for k, v in settings.items()
                                                   if k not in ("class", "weight_shape", "weight_file")})
@@ -270,5 +271,6 @@ def test_output_shape_and_auto_pad_against_onnxruntime(tmp_path, attributes):
     expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     w, b = weights.load_mps(out, "up", layer["weight_shape"])
     got = fastdeconv.conv_transpose2d(x.transpose(0, 2, 3, 1), w, b, layer["stride"], layer["padding"],
-                                      layer["output_padding"], layer["dilation"], layer["groups"])
+                                      output_padding=layer["output_padding"], dilation=layer["dilation"],
+                                      groups=layer["groups"])
     np.testing.assert_allclose(got.transpose(0, 3, 1, 2), expected, atol=1e-4)

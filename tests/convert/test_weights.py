@@ -53,9 +53,10 @@ def test_from_torch_against_torch_layers(groups):
         expected_t, expected_c = deconv(x).numpy(), conv(x).numpy()
     x_nhwc = _nchw_to_nhwc(x.numpy())
     got_t = fastdeconv.conv_transpose2d(x_nhwc, weights.from_torch(deconv.weight.detach().numpy(), True),
-                                        deconv.bias.detach().numpy(), 2, 1, 1, 1, groups)
+                                        deconv.bias.detach().numpy(), 2, 1, output_padding=1,
+                                        dilation=1, groups=groups)
     got_c = fastdeconv.conv2d(x_nhwc, weights.from_torch(conv.weight.detach().numpy(), False),
-                              conv.bias.detach().numpy(), 2, 1, 2, groups)
+                              conv.bias.detach().numpy(), 2, 1, dilation=2, groups=groups)
     np.testing.assert_allclose(got_t, _nchw_to_nhwc(expected_t), atol=1e-12)
     np.testing.assert_allclose(got_c, _nchw_to_nhwc(expected_c), atol=1e-12)
 
@@ -86,9 +87,9 @@ def test_fold_batchnorm_against_torch_eval(transposed, groups, with_bias, eps):
         eps, transposed=transposed, groups=groups)
     x_nhwc = _nchw_to_nhwc(x.numpy())
     if transposed:
-        got = fastdeconv.conv_transpose2d(x_nhwc, weight, bias, 2, 1, 0, 1, groups)
+        got = fastdeconv.conv_transpose2d(x_nhwc, weight, bias, 2, 1, groups=groups)
     else:
-        got = fastdeconv.conv2d(x_nhwc, weight, bias, 2, 1, 1, groups)
+        got = fastdeconv.conv2d(x_nhwc, weight, bias, 2, 1, groups=groups)
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
