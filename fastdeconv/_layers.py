@@ -67,8 +67,8 @@ class _Layer:
             raise TypeError(f"{cls.__name__}({given}, ...): fastdeconv's layers take trained weights, not "
                             f"channel counts as torch.nn.{cls.__name__}(in_channels, out_channels, kernel_size) "
                             f"does; pass weight of shape {cls._layout} (from a torch module m: "
-                            f"m.weight.detach().numpy().transpose(0, 2, 3, 1)), then m.bias.detach().numpy(), stride=..., "
-                            f"padding=...")
+                            f"m.weight.detach().numpy().transpose(0, 2, 3, 1)), then m.bias.detach().numpy(), "
+                            f"stride=..., padding=...")
         return super().__new__(cls)
 
     def __init__(self, weight, bias, kwargs, algorithm, backend):
