@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._params import ConvGeometry, resolve_conv2d, resolve_conv_transpose2d
+from ._params import ConvGeometry, groups_hint, resolve_conv2d, resolve_conv_transpose2d
 
 SUPPORTED_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _SUPPORTED_NAMES = "float16, float32 or float64"
@@ -81,12 +81,7 @@ def _bias_hint(bias_shape, w_shape, geometry: ConvGeometry) -> str:
     if length == w_shape[1] * groups != w_shape[3] * groups:
         return ("; weight looks like torch's ConvTranspose2d layout (C_in, C_out // groups, kH, kW), whose C_out "
                 "the bias has: pass weight.transpose(0, 2, 3, 1)")
-    if w_shape[3] and length % w_shape[3] == 0:
-        fitting = length // w_shape[3]
-        if fitting not in (0, groups) and geometry.in_channels % fitting == 0:
-            return (f"; groups={fitting} makes the shapes agree (len(bias) / weight.shape[3] = {length} / "
-                    f"{w_shape[3]}): did you forget groups=?")
-    return ""
+    return groups_hint(length, w_shape[3], geometry.in_channels, groups, "len(bias)")
 
 
 def _as_float_array(value, name: str) -> np.ndarray:

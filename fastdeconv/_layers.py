@@ -17,8 +17,8 @@ from ._backends import registry
 from ._cache import BoundedCache
 from ._call import check_out, is_dask, prepare
 from ._cpu import empty_result, get_num_threads
-from ._params import (_explicit_padding, _int_pair, _padding_mode, is_int, kernel_extent, resolve_conv2d,
-                      resolve_conv_transpose2d)
+from ._params import (FORWARD_WEIGHT_LAYOUT, TRANSPOSED_WEIGHT_LAYOUT, _explicit_padding, _int_pair, _padding_mode,
+                      is_int, kernel_extent, resolve_conv2d, resolve_conv_transpose2d)
 
 __all__ = ["ConvTranspose2d", "Conv2d"]
 
@@ -195,7 +195,7 @@ class ConvTranspose2d(_Layer):
 
     _transposed = True
     _weight_in_axis = 0
-    _layout = "(C_in, kH, kW, C_out // groups)"
+    _layout = TRANSPOSED_WEIGHT_LAYOUT
     _probe = staticmethod(_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv_transpose2d)
 
@@ -224,7 +224,7 @@ class Conv2d(_Layer):
 
     _transposed = False
     _weight_in_axis = 3
-    _layout = "(C_out, kH, kW, C_in // groups)"
+    _layout = FORWARD_WEIGHT_LAYOUT
     _probe = staticmethod(_forward_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv2d)
 

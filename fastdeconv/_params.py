@@ -303,6 +303,20 @@ def _check_index_range(geometry: ConvGeometry, arguments: str) -> ConvGeometry:
     return geometry
 
 
+TRANSPOSED_WEIGHT_LAYOUT = "(C_in, kH, kW, C_out // groups)"
+FORWARD_WEIGHT_LAYOUT = "(C_out, kH, kW, C_in // groups)"
+
+
+def groups_hint(channels: int, per_group: int, other_channels: int, groups: int, what: str) -> str:
+    """"; groups=g makes the shapes agree ..." when channels = g · per_group for a g other than groups
+    that also divides other_channels; "" otherwise (``what`` names the channels' source)."""
+    fitting = channels // per_group if per_group and channels % per_group == 0 else 0
+    if fitting in (0, groups) or other_channels % fitting:
+        return ""
+    return (f"; groups={fitting} makes the shapes agree ({what} / weight.shape[3] = {channels} / {per_group}): "
+            "did you forget groups=?")
+
+
 def _layout_hint(x_shape, w_shape, groups, transposed) -> str:
     """The likely cause of a channel mismatch between x and weight, with its fix ("" if none fits):
     channels-first x, a weight in torch's or TF's layout, or a forgotten groups."""
@@ -325,12 +339,8 @@ def _layout_hint(x_shape, w_shape, groups, transposed) -> str:
         elif x_shape[channels_axis] == channels != x_shape[-1]:
             hints.append(f"x looks channels-first {('(N, C, H, W)', '(C, H, W)')[channels_axis == 0]}: fastdeconv "
                          f"takes channels-last (NHWC) input, pass x.transpose{to_channels_last}" + weight_hint)
-    if not transposed and w_shape[3] and x_shape[-1] % w_shape[3] == 0:
-        fitting = x_shape[-1] // w_shape[3]
-        if fitting not in (0, groups) and w_shape[0] % fitting == 0:
-            hints.append(f"groups={fitting} makes the shapes agree (C_in / weight.shape[3] = {x_shape[-1]} / "
-                         f"{w_shape[3]}): did you forget groups=?")
-    return "".join(f"; {hint}" for hint in hints)
+    forgotten = "" if transposed else groups_hint(x_shape[-1], w_shape[3], w_shape[0], groups, "C_in")
+    return "".join(f"; {hint}" for hint in hints) + forgotten
 
 
 def _check_shapes(x_shape, w_shape, groups, transposed):
@@ -338,7 +348,7 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
     if len(x_shape) not in (3, 4):
         raise ValueError(f"x must have shape (N, H, W, C_in) or (H, W, C_in), got ndim={len(x_shape)} shape={tuple(x_shape)}")
     if len(w_shape) != 4:
-        layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
+        layout = TRANSPOSED_WEIGHT_LAYOUT if transposed else FORWARD_WEIGHT_LAYOUT
         raise ValueError(f"weight must have shape {layout}, got ndim={len(w_shape)} shape={tuple(w_shape)}")
     check_groups(groups)
     groups = int(groups)   # a numpy integer would keep its width in C_out = C_out/g * groups
@@ -350,7 +360,7 @@ def _check_shapes(x_shape, w_shape, groups, transposed):
         raise ValueError(f"weight's kernel size must be >= 1, got kernel {kernel_hw} from weight shape {tuple(w_shape)}")
     expected_in = int(w_shape[0]) if transposed else int(w_shape[3]) * groups
     if in_channels != expected_in:
-        layout = "(C_in, kH, kW, C_out // groups)" if transposed else "(C_out, kH, kW, C_in // groups)"
+        layout = TRANSPOSED_WEIGHT_LAYOUT if transposed else FORWARD_WEIGHT_LAYOUT
         grouped = "" if transposed else f" with groups={groups}"
         raise ValueError(f"x has C_in={in_channels} channels (its last axis) but weight {tuple(w_shape)}{grouped} "
                          f"expects C_in={expected_in} (weight is {layout})"
