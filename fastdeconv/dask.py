@@ -84,7 +84,7 @@ from ._cache import BoundedCache
 from ._call import prepare_conv2d, prepare_conv_transpose2d
 from ._params import ConvGeometry, forward_output_size, is_int, kernel_extent
 
-__all__ = ["conv_transpose2d", "conv2d", "apply_layer", "configure_workers", "BlockKernel"]
+__all__ = ["conv_transpose2d", "conv2d", "apply_layer", "configure_workers", "to_zarr", "BlockKernel"]
 
 # Layers (weights, bias, parameters) whose packed weights a process keeps, most recently used last.
 _KERNEL_CACHE_SIZE = 8
@@ -597,3 +597,128 @@ def configure_workers(client, threads=None) -> dict:
 
     client.register_plugin(FastdeconvThreads(per_host, threads), name="fastdeconv-threads")
     return client.run(_config.get_num_threads)
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing a result: all or nothing
+
+
+def to_zarr(array, path, *, overwrite=False, compressors="auto") -> str:
+    """Compute a dask array into a new zarr array at ``path``, all or nothing.
+
+    The blocks are written into a staging array beside ``path`` (``<path>.partial-<random>``), on
+    whatever scheduler is active (a ``distributed.Client``, or dask's default), and the staging array
+    is renamed to ``path`` only once every block is written. If the computation fails (a task raises,
+    a worker dies too often: ``distributed.KilledWorker``), the staging array is removed and the
+    exception propagates: ``path`` never holds a zarr array that opens at its full shape but reads
+    as fill values where blocks were never written, as ``array.to_zarr(path)`` leaves behind. Only a
+    process killed while writing leaves its staging array (its name says it is partial).
+
+    Parameters
+    ----------
+    array : dask.array.Array
+        Regular chunks (every chunk of an axis the same size but the last), which become the zarr
+        chunks: two blocks never write one zarr chunk.
+    path : str or os.PathLike
+        A directory path on a file system every worker can write (local, NFS, Lustre, ...): the final
+        rename needs one. Object stores (``s3://``...) have no rename: use ``array.to_zarr(url)``.
+    overwrite : bool
+        Replace an existing ``path``; it is kept until the new array is complete.
+    compressors
+        zarr's ``compressors`` argument of ``zarr.create_array`` ("auto": zarr's default; None: none).
+
+    Returns
+    -------
+    str
+        The absolute path written.
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np, tempfile, zarr, fastdeconv, fastdeconv.dask
+    >>> x = da.ones((1, 8, 8, 2), chunks=(1, 4, 4, 2), dtype=np.float32)
+    >>> y = fastdeconv.conv_transpose2d(x, np.ones((2, 2, 2, 2), np.float32), stride=2)
+    >>> path = fastdeconv.dask.to_zarr(y, tempfile.mkdtemp() + "/y.zarr")
+    >>> zarr.open_array(path).shape
+    (1, 16, 16, 2)
+    """
+    import dask
+
+    if not isinstance(array, da.Array):
+        raise TypeError(f"array must be a dask.array.Array, got {type(array).__module__}.{type(array).__name__}")
+    with _staged_zarr(path, array.shape, _zarr_chunks(array), array.dtype, overwrite=overwrite,
+                      compressors=compressors) as target:
+        dask.compute(da.store(array, target, lock=False, compute=False))
+    return os.path.abspath(os.fspath(path))
+
+
+def _zarr_chunks(array) -> tuple:
+    """The zarr chunk shape of a dask array's blocks (ValueError where the blocks are irregular)."""
+    chunks = []
+    for axis, sizes in enumerate(array.chunks):
+        if len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0]):
+            raise ValueError(
+                f"array has irregular chunks along axis {axis}: {sizes}. A zarr array has one chunk size per "
+                f"axis (all chunks equal but the last, which may be smaller), and blocks that share a zarr "
+                f"chunk would overwrite each other: rechunk first, e.g. array.rechunk({{{axis}: {max(sizes)}}})")
+        chunks.append(max(1, max(sizes, default=1)))
+    return tuple(chunks)
+
+
+class _staged_zarr:
+    """``with _staged_zarr(path, shape, chunks, dtype) as target:`` a new zarr array in a staging
+    directory beside path, renamed to path when the block ends without an exception and removed when
+    it raises (see :func:`to_zarr`)."""
+
+    def __init__(self, path, shape, chunks, dtype, *, overwrite=False, compressors="auto"):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        text = os.fspath(path)
+        if "://" in text:
+            raise ValueError(f"path must be a file-system path, got {text!r}: an object store has no rename to "
+                             f"finish the write atomically; write there with array.to_zarr({text!r}), which "
+                             f"leaves a partial array if the computation fails")
+        self.path = os.path.abspath(text.rstrip("/\\") or text)
+        if os.path.lexists(self.path) and not overwrite:
+            raise FileExistsError(f"path {self.path!r} exists: pass overwrite=True to replace it (it is kept "
+                                  f"until the new array is complete)")
+        self.shape, self.chunks, self.dtype = shape, chunks, dtype
+        self.overwrite, self.compressors = overwrite, compressors
+        self.staging = None
+
+    def __enter__(self):
+        import uuid
+
+        import zarr
+
+        self.staging = f"{self.path}.partial-{uuid.uuid4().hex[:12]}"
+        return zarr.create_array(self.staging, shape=self.shape, chunks=self.chunks, dtype=self.dtype,
+                                 compressors=self.compressors)
+
+    def __exit__(self, kind, error, traceback):
+        if error is not None:
+            _remove(self.staging)
+            if hasattr(error, "add_note"):   # Python >= 3.11
+                error.add_note(f"fastdeconv.dask.to_zarr: nothing was written to {self.path!r} (the partial "
+                               f"array was removed)")
+            return False
+        replaced = None
+        if os.path.lexists(self.path):
+            if not self.overwrite:   # created by someone else while this one was computed
+                _remove(self.staging)
+                raise FileExistsError(f"path {self.path!r} appeared while the array was computed: pass "
+                                      f"overwrite=True to replace it")
+            replaced = f"{self.path}.replaced-{os.path.basename(self.staging).rsplit('-', 1)[1]}"
+            os.rename(self.path, replaced)
+        os.rename(self.staging, self.path)
+        if replaced is not None:
+            _remove(replaced)
+        return False
+
+
+def _remove(path):
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)

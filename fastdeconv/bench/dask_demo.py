@@ -89,7 +89,7 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
         chunks = (1, args.chunk, args.chunk, args.channels)
         x = da.random.default_rng(0).random((1, height, width, args.channels), chunks=chunks, dtype=np.float32)
         started = time.perf_counter()
-        _store(x.astype(dtype), source, client, threads, progress if client else ProgressBar, "input")
+        _store(x.astype(dtype), source, client, threads, progress if client else ProgressBar)
         print(f"input:  {source} {x.shape} {dtype}, {x.nbytes * dtype.itemsize / 4 / 2**30:.2f} GiB, written in "
               f"{time.perf_counter() - started:.1f} s")
 
@@ -98,7 +98,7 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
         print(f"output: {target} {y.shape} {y.dtype}, {y.nbytes / 2**30:.2f} GiB in {math.prod(y.numblocks)} blocks "
               f"of {tuple(max(c) for c in y.chunks)}")
         started = time.perf_counter()
-        _store(y, target, client, threads, progress if client else ProgressBar, "output")
+        _store(y, target, client, threads, progress if client else ProgressBar)
         seconds = time.perf_counter() - started
         pixels = y.shape[1] * y.shape[2]
         print(f"upsampled in {seconds:.1f} s: {y.nbytes / seconds / 1e6:.0f} MB/s written, "
@@ -130,25 +130,23 @@ def demo(argv=None, prog="fastdeconv dask-demo") -> int:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def _store(array, path, client, threads, progress_bar, label):
+def _store(array, path, client, threads, progress_bar):
     """The array into a new zarr array at path, chunk for chunk (uncompressed: random values do not
-    compress), with a progress bar. zarr's own create_array, then dask.array.store: the same on every
-    dask version (to_zarr's keywords for zarr 3 changed)."""
-    import zarr
-
-    target = zarr.create_array(path, shape=array.shape, chunks=tuple(max(c) for c in array.chunks),
-                               dtype=array.dtype, compressors=None, overwrite=True)
-    store = da.store(array, target, lock=False, compute=False)
-    if client is None:
-        previous = fastdeconv.get_num_threads()
-        fastdeconv.set_num_threads(1)   # dask runs `threads` blocks at a time: 1 fastdeconv thread each
-        try:
-            with progress_bar():
-                dask.compute(store, scheduler="threads", num_workers=threads)
-        finally:
-            fastdeconv.set_num_threads(previous)
-    else:
-        future = client.compute(store)
-        progress_bar(future)
-        future.result()
-        print()
+    compress), with a progress bar; all or nothing, as fastdeconv.dask.to_zarr writes (a staging array
+    renamed into place once complete)."""
+    with fdask._staged_zarr(path, array.shape, fdask._zarr_chunks(array), array.dtype, overwrite=True,
+                            compressors=None) as target:
+        store = da.store(array, target, lock=False, compute=False)
+        if client is None:
+            previous = fastdeconv.get_num_threads()
+            fastdeconv.set_num_threads(1)   # dask runs `threads` blocks at a time: 1 fastdeconv thread each
+            try:
+                with progress_bar():
+                    dask.compute(store, scheduler="threads", num_workers=threads)
+            finally:
+                fastdeconv.set_num_threads(previous)
+        else:
+            future = client.compute(store)
+            progress_bar(future)
+            future.result()
+            print()
