@@ -6,7 +6,8 @@
     import dask.array as da, fastdeconv
     x = da.from_zarr("image.zarr")                     # (N, H, W, C_in), chunked over N, H and W
     y = fastdeconv.conv_transpose2d(x, w, b, stride=2, padding=1)   # lazy, nothing computed yet
-    y.to_zarr("upsampled.zarr")                        # computed block by block, on any scheduler
+    fastdeconv.dask.to_zarr(y, "upsampled.zarr")       # computed block by block, on any scheduler;
+                                                       # all or nothing (y.to_zarr leaves partial arrays)
 
 ``fastdeconv.ConvTranspose2d(w, b, ...)(x)`` does the same. numpy in, numpy out is unchanged, and
 ``import fastdeconv`` never imports dask: this module is imported on the first dask array.
@@ -104,7 +105,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_paddin
     The arguments and the result's shape and dtype are the in-memory call's, and so are its errors,
     raised here rather than at compute time. The channel axis of x is rechunked to one chunk; the
     result's chunks are x's, times the stride along H and W (see the module docstring). ``out=`` is
-    not accepted (store the result with ``to_zarr`` or ``dask.array.store``).
+    not accepted (store the result with :func:`to_zarr` or ``dask.array.store``).
     """
     x = _dask_input(x, out)
     call = prepare_conv_transpose2d(_stand_in(x), weight, bias, None, stride, padding, output_padding, dilation,
@@ -150,7 +151,7 @@ def _dask_input(x, out):
                         f"{type(x).__name__}")
     if out is not None:
         raise TypeError("out= is not supported for a dask array x: the result is lazy; write it with "
-                        "result.to_zarr(...) or dask.array.store(result, target)")
+                        "fastdeconv.dask.to_zarr(result, path) or dask.array.store(result, target)")
     if any(math.isnan(c) for chunks in x.chunks for c in chunks):
         raise ValueError(f"x has unknown chunk sizes {x.chunks}: call x.compute_chunk_sizes() first")
     dtype = np.dtype(x.dtype)
