@@ -103,24 +103,26 @@ def build_parser(prog="fastdeconv"):
 _CONVERT_DESCRIPTION = """\
 Convert the Conv / ConvTranspose layers of an ONNX model into weight files for Apple's MPS (MPSCNN,
 MPSGraph) and fastdeconv, and verify them: each layer on a random input, then the whole network run
-from the written files, against onnx's reference evaluator (and onnxruntime when installed). A
-BatchNormalization directly after a conv is folded into it; the activation after that is recorded.
+from the written files, against onnx's reference evaluator (and onnxruntime when installed). The
+BatchNormalization and per-channel constant Add/Sub/Mul/Div nodes directly after a conv are folded into
+it; the activation after them is recorded. A symbolic input height and width is verified at
+--input-shape, or else at the first default size (64, 65, ...) that shape inference accepts.
 Every other node (Add, Concat, pooling, ...) is skipped and listed with the reason. The files are
 written into a temporary directory and moved to OUTDIR only if everything matches."""
 
 _CONVERT_EPILOG = """\
 written into OUTDIR (raw little-endian float32, C order, no header):
   NAME_weight.dat         conv: (C_out, kH, kW, C_in/groups); transposed: (C_in, kH, kW, C_out/groups)
-  NAME_bias.dat           (C_out,), with any BatchNorm folded in
+  NAME_bias.dat           (C_out,), with the folded nodes in it
   NAME_mpscnn_weight.dat  transposed layers MPSCNNConvolutionTranspose can run: (C_out, kH, kW, C_in/groups),
                           rotated by 180 degrees
   manifest.json           per layer: ONNX node, input/output tensors, shapes, stride, padding, dilation,
-                          groups, MPSCNN settings, folded BatchNorm, activation, errors; the skipped nodes;
-                          the whole-network verification; a summary line
+                          groups, MPSCNN settings, folded nodes, activation, errors; the input shapes
+                          used; the skipped nodes; the whole-network verification; a summary line
 
 The whole-network check (--verify-model) runs by default when onnx.reference can run the model's other
-ops and its inputs are float tensors of static shape (the batch dimension may be symbolic: 1 is fed);
-otherwise a note says why and the per-layer checks decide.
+ops and its inputs are float tensors (a symbolic batch dimension is fed as 1); otherwise a note says
+why and the per-layer checks decide.
 
 {exit_codes}
 """
@@ -131,7 +133,8 @@ def _add_convert(commands):
 
     convert = commands.add_parser(
         "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
-        usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] [MODEL.onnx] OUTDIR",
+        usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
+              "[--input-shape NAME:N,C,H,W ...] [MODEL.onnx] OUTDIR",
         description=_CONVERT_DESCRIPTION, epilog=_CONVERT_EPILOG.format(exit_codes=EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # One list: argparse cannot express an optional positional before a required one.
@@ -146,6 +149,11 @@ def _add_convert(commands):
                          help="verify the whole network from the written files (default: when onnx.reference "
                               "can run the model); --verify-model makes it required (exit 1 if it cannot run); "
                               "--no-verify-model skips it (onnx.reference is slow on large models)")
+    convert.add_argument("--input-shape", action="append", default=[], metavar="NAME:N,C,H,W",
+                         help="the size to convert and verify graph input NAME at, for its symbolic "
+                              "dimensions (repeat for several inputs); without it a symbolic height and width "
+                              "are fixed at the first square size from 64 up that shape inference accepts "
+                              "(fastdeconv.convert.graph.DEFAULT_SIZES). The weights do not depend on it")
 
 
 def main(argv=None, prog="fastdeconv") -> int:
@@ -174,7 +182,8 @@ def main(argv=None, prog="fastdeconv") -> int:
                          peers=not args.no_peers, output_format=args.format, suite=args.suite)
     from .convert.converter import main as convert_main
 
-    return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model)
+    return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model,
+                        input_shapes=args.input_shape)
 
 
 def _dask_demo(argv, prog) -> int:

@@ -15,7 +15,7 @@ from .converter import (
     format_table,
     main,
 )
-from .graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph
+from .graph import ACTIVATIONS, CONV_OPS, DEFAULT_SIZES, Chain, ConversionError, OnnxGraph, parse_input_shape
 from .verify import (
     RELATIVE_TOLERANCE,
     NetworkCheck,
@@ -28,4 +28,5 @@ from .verify import (
 )
 
 __all__ = ["main", "convert", "verify_directory", "Conversion", "ConversionError", "StrictModeError",
-           "LayerResult", "NetworkCheck", "DEFAULT_MODEL", "INSTALL_HINT", "EXIT_CODES", "RELATIVE_TOLERANCE"]
+           "LayerResult", "NetworkCheck", "DEFAULT_MODEL", "INSTALL_HINT", "EXIT_CODES", "RELATIVE_TOLERANCE",
+           "DEFAULT_SIZES", "parse_input_shape"]

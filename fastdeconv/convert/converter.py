@@ -1,10 +1,13 @@
 """``fastdeconv convert [MODEL.onnx] OUTDIR``: ONNX conv layers -> MPS weight files, verified.
 
 Every Conv / ConvTranspose node of the ONNX graph whose weight is constant (an initializer or a Constant,
-also through Identity, Cast and Reshape: torch's exporter names a tied or equal weight's second use
-through an Identity) becomes a layer, with the BatchNormalization that directly follows it folded in
-(:func:`fastdeconv.weights.fold_batchnorm`) and the activation after that recorded. The converter writes
-into OUTDIR (raw little-endian float32, C order, see :func:`fastdeconv.weights.save_mps`):
+also through Identity, Cast, Reshape, Transpose, Squeeze and Unsqueeze: torch's exporter names a tied
+weight's second use through an Identity, tf2onnx stores kernels behind a Transpose) becomes a layer. The
+nodes after it that compute a per-channel ``scale·y + shift`` -- inference-mode BatchNormalization, and
+Add/Sub/Mul/Div of a per-channel constant (paddle2onnx's bias Add) -- are folded in, in order
+(:func:`fastdeconv.weights.fold_batchnorm`), and the activation after them is recorded. A symbolic input
+height and width is fixed first (``input_shapes``, or a default size: :meth:`OnnxGraph.load`). The
+converter writes into OUTDIR (raw little-endian float32, C order, see :func:`fastdeconv.weights.save_mps`):
 
 * convolutions: ``NAME_weight.dat`` (C_out, kH, kW, C_in/groups) -- MPSCNNConvolution's OHWI, and ours --
   and ``NAME_bias.dat`` (C_out,);
@@ -12,23 +15,24 @@ into OUTDIR (raw little-endian float32, C order, see :func:`fastdeconv.weights.s
   forward convolution's OHWI weight, unrotated (the MPSGraph / fastdeconv weight), ``NAME_bias.dat``, and,
   when MPSCNN can express the layer, ``NAME_mpscnn_weight.dat``: (C_out, kH, kW, C_in/groups) rotated by
   180° for MPSCNNConvolutionTranspose (:func:`fastdeconv.weights.to_mpscnn_transpose`);
-* ``manifest.json``: per layer its ONNX node, input and output tensors (``onnx_input``; ``onnx_output``
-  after the recorded activation, ``onnx_output_before_activation`` what the weights compute), the
-  initializer its weight comes from and the layers sharing it, shapes, stride, padding ((top, bottom),
-  (left, right)), dilation, groups, output padding, the files with their shapes, the MPSCNN settings
-  (kernelOffsetX/Y, offset, destination size; null with a reason where MPSCNN cannot express the layer),
-  the folded BatchNorm, the activation and the verification errors; the ``skipped`` nodes (node, op,
-  reason, input and output tensors: what the app must run and wire, e.g. the Concat of a skip
-  connection); the whole-network ``verification``; and a one-line ``summary``.
+* ``manifest.json`` (names exactly as in the model): per layer its ONNX node, input and output tensors
+  (``onnx_input``; ``onnx_output`` after the recorded activation, ``onnx_output_before_activation`` what
+  the weights compute), the initializer its weight comes from and the layers sharing it, shapes, stride,
+  padding ((top, bottom), (left, right)), dilation, groups, output padding, the files with their shapes,
+  the MPSCNN settings (kernelOffsetX/Y, offset, destination size; null with a reason where MPSCNN cannot
+  express the layer), the folded nodes (``folded``; ``batchnorm``: the first BatchNormalization), the
+  activation and the verification errors; the graph inputs with the shape used and where it came from;
+  the ``skipped`` nodes (node, op, reason, input and output tensors: what the app must run and wire,
+  e.g. the Concat of a skip connection); the whole-network ``verification``; and a one-line ``summary``.
 
 Every other node (Add, Concat, pooling, an activation that does not directly follow a layer, a
 BatchNormalization that cannot be folded, a conv whose weight is not constant, ...) is skipped and listed
 with the reason; ``strict=True`` (``--strict``) refuses such a model before anything is written. Nodes
-that only compute constants (Constant, Identity/Cast/Reshape of constants) are neither.
+that only compute constants (Constant, and the ops above on constants) are neither.
 
 Before anything lands in OUTDIR, every layer is verified on random input (fastdeconv with the weights read
 back from the .dat files, and the MPSCNN numpy model with the MPSCNN weights, against onnx's
-ReferenceEvaluator on the original node or Conv+BN pair), then the whole network from the written files
+ReferenceEvaluator on the original conv and folded nodes), then the whole network from the written files
 (:mod:`fastdeconv.convert.verify`: fastdeconv, and the MPSCNN model, in place of every converted layer,
 against onnx.reference and onnxruntime when installed). The files are written into a temporary directory
 next to OUTDIR and moved into place only if everything matches; an existing OUTDIR is replaced only with
@@ -56,7 +60,7 @@ import numpy as np
 from .. import _params, weights
 from .._version import __version__
 from ..metal import mpscnn_model
-from .graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph
+from .graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph, parse_input_shape
 from .verify import (
     RELATIVE_TOLERANCE,  # noqa: F401 - fastdeconv.convert.RELATIVE_TOLERANCE
     NetworkCheck,
@@ -121,18 +125,27 @@ class Conversion:
     written: bool
     seconds: float = 0.0
     network_note: str = "--no-verify-model"   # why network is None
+    inputs: dict = field(default_factory=dict)   # OnnxGraph.input_shapes: declared, used, source
 
     @property
     def ok(self) -> bool:
         return all(r.ok for r in self.layers) and (self.network is None or self.network.ok)
 
+    def folded_count(self, batchnorm: bool) -> int:
+        """How many BatchNormalization nodes (``batchnorm``) or per-channel Add/Sub/Mul/Div nodes (not
+        ``batchnorm``) were folded into the layers."""
+        return sum((e["op"] == "BatchNormalization") == batchnorm for r in self.layers for e in r.manifest["folded"])
+
     @property
     def folded(self) -> int:
-        return sum(1 for r in self.layers if r.manifest["batchnorm"] is not None)
+        """The number of BatchNormalization nodes folded."""
+        return self.folded_count(batchnorm=True)
 
     def summary(self) -> str:
         """'converted 14 layers (6 BatchNorm folded); skipped 12 nodes: Concat×6, Relu×6; ...'."""
-        text = f"converted {len(self.layers)} layer{'s' * (len(self.layers) != 1)} ({self.folded} BatchNorm folded)"
+        affine = self.folded_count(batchnorm=False)
+        text = (f"converted {len(self.layers)} layer{'s' * (len(self.layers) != 1)} ({self.folded} BatchNorm"
+                + (f", {affine} Add/Sub/Mul/Div" if affine else "") + " folded)")
         text += f"; skipped {len(self.skipped)} node{'s' * (len(self.skipped) != 1)}"
         if self.skipped:
             text += ": " + OnnxGraph.skipped_counts(self.skipped)
@@ -144,6 +157,10 @@ class Conversion:
             text += "; whole network not verified (see above)"
         elif self.network.worst is not None:
             text += f"; max network error {self.network.worst[0]:.1e} ({self.network.status})"
+        for name, entry in self.inputs.items():
+            if entry["source"] != "model":
+                text += (f"; input {name!r} at {_shape_text(entry['shape'])} ({entry['source']}; the model "
+                         f"declares {_shape_text(entry['declared'])})")
         return text
 
 
@@ -158,9 +175,10 @@ def _network_setting(verify_model):
 # Command line
 # --------------------------------------------------------------------------------------------------------
 
-def main(paths: list[str], force: bool = False, strict: bool = False, verify_model: bool | None = None) -> int:
-    """``fastdeconv convert [--force] [--strict] [--[no-]verify-model] [MODEL.onnx] OUTDIR``; returns the
-    exit code (see :data:`EXIT_CODES`)."""
+def main(paths: list[str], force: bool = False, strict: bool = False, verify_model: bool | None = None,
+         input_shapes: list[str] | None = None) -> int:
+    """``fastdeconv convert [--force] [--strict] [--[no-]verify-model] [--input-shape NAME:N,C,H,W ...]
+    [MODEL.onnx] OUTDIR``; returns the exit code (see :data:`EXIT_CODES`)."""
     try:
         import onnx  # noqa: F401
         import onnx.reference  # noqa: F401 - onnx without its reference evaluator is not enough
@@ -176,9 +194,20 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
         print(f"error: convert takes [MODEL.onnx] OUTDIR (one or two paths), got {len(paths)} paths: {paths}",
               file=sys.stderr)
         return 2
+    shapes = {}
+    for text in input_shapes or []:
+        try:
+            name, shape = parse_input_shape(text)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        if name in shapes:
+            print(f"error: --input-shape {text!r}: {name!r} is given twice", file=sys.stderr)
+            return 2
+        shapes[name] = shape
     try:
         result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
-                         progress=sys.stderr)
+                         progress=sys.stderr, input_shapes=shapes)
     except StrictModeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -212,7 +241,7 @@ def _printable(text, stream=None) -> str:
 
 
 def _shape_text(shape) -> str:
-    return "x".join(str(v) for v in shape)
+    return "?" if shape is None else "x".join("?" if v is None else str(v) for v in shape)
 
 
 def format_table(results) -> str:
@@ -232,12 +261,14 @@ def format_table(results) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 def convert(model_path, outdir, *, force: bool = False, strict: bool = False, verify_model: bool | None = None,
-            progress=None) -> Conversion:
+            progress=None, input_shapes: dict | None = None) -> Conversion:
     """Convert and verify every conv layer of ``model_path`` into ``outdir``; see the module docstring.
 
     ``verify_model``: None runs the whole-network check when onnx.reference can run the model (else a
     note, and the per-layer checks decide); True requires it (ConversionError when it cannot run);
-    False skips it. Returns a :class:`Conversion`; OUTDIR is created (or, with ``force``, replaced) only
+    False skips it. ``input_shapes`` ({graph input: (N, C, H, W)}) fixes symbolic input sizes; a symbolic
+    height and width not given is verified at a default size (:meth:`OnnxGraph.load`). Returns a
+    :class:`Conversion`; OUTDIR is created (or, with ``force``, replaced) only
     if everything matches. Raises :class:`ConversionError` for bad input and :class:`StrictModeError`
     when ``strict`` and a node would be skipped.
     """
@@ -250,7 +281,12 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
         raise ConversionError(f"output path {outdir} exists and is not a directory")
     if not outdir.parent.is_dir():
         raise ConversionError(f"the parent directory of {outdir} does not exist")
-    graph = OnnxGraph.load(model_path)
+    graph = OnnxGraph.load(model_path, input_shapes)
+    for name, entry in graph.input_shapes.items():
+        if entry["source"] != "model":
+            _log(progress, f"note: graph input {name!r} {_shape_text(entry['declared'])} is converted and verified "
+                           f"at {_shape_text(entry['shape'])} ({entry['source']}); the weights do not depend "
+                           "on it, the manifest's geometry does")
     chains, skipped = graph.analyse()
     if strict and skipped:
         listing = "; ".join(f"{graph.describe(s.node)}: {s.reason}" for s in skipped)
@@ -270,14 +306,14 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
         for index, chain in enumerate(chains, 1):
             name = _unique_name(chain.conv.name or f"{chain.conv.op_type.lower()}{index}", names)
             _log(progress, f"[{index}/{len(chains)}] {name} ({chain.conv.op_type}"
-                           f"{' + BatchNormalization' if chain.batchnorm else ''}): converting and verifying")
+                           f"{''.join(' + ' + n.op_type for n in chain.folded)}): converting and verifying")
             result = _convert_layer(graph, chain, name, staging, seed=index)
             _log(progress, f"[{index}/{len(chains)}] {name}: max error {result.error_fastdeconv:.2e} (fastdeconv), "
                            f"{'n/a' if result.error_mpscnn is None else f'{result.error_mpscnn:.2e}'} (MPSCNN model)"
                            f" -> {'ok' if result.ok else 'MISMATCH'}")
             results.append(result)
         _record_sharing(graph, chains, results)
-        conversion = Conversion(results, skipped, None, written=False)
+        conversion = Conversion(results, skipped, None, written=False, inputs=graph.input_shapes)
         if not all(r.ok for r in results):
             conversion.network_note = "a layer does not match"
             shutil.rmtree(staging)
@@ -287,8 +323,9 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
             "format": "raw little-endian float32, C order, no header",
             "converter": f"fastdeconv {__version__}",
             "model": str(model_path),
-            "graph_inputs": [{"name": i.name, "shape": _shape_list(graph.shapes.get(i.name))}
-                             for i in graph.graph_inputs],
+            "graph_inputs": [{"name": name, "shape": _shape_list(entry["shape"]),
+                              "declared_shape": _shape_list(entry["declared"]), "shape_source": entry["source"]}
+                             for name, entry in graph.input_shapes.items()],
             "graph_outputs": [{"name": name, "shape": _shape_list(graph.shapes.get(name))}
                               for name in graph.graph_outputs],
             "layers": [r.manifest for r in results],
@@ -347,18 +384,9 @@ def _shared_weights(results):
     return {source: names for source, names in groups.items() if len(names) > 1}
 
 
-_SCALAR = r"(?:-?[0-9][0-9.eE+-]*|-?Infinity|NaN|null|true|false)"
-_SCALAR_LIST = re.compile(r"\[\s*(" + _SCALAR + r"(?:,\s*" + _SCALAR + r")*)\s*\]")
-
-
 def _manifest_json(manifest) -> str:
-    """Indented JSON with lists of numbers (and lists of such lists) kept on one line."""
-    text = json.dumps(manifest, indent=2)
-    for _ in range(2):   # [[top, bottom], [left, right]] needs two passes
-        text = _SCALAR_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text)
-        text = re.sub(r"\[\s*(\[[^\[\]]*\](?:,\s*\[[^\[\]]*\])*)\s*\]",
-                      lambda m: "[" + re.sub(r"\],\s*\[", "], [", m.group(1)) + "]", text)
-    return text + "\n"
+    """The manifest as indented JSON, exactly as json.dumps writes it: names, however odd, are kept."""
+    return json.dumps(manifest, indent=2) + "\n"
 
 
 def _log(progress, line):
@@ -474,7 +502,7 @@ class _Layer:
     arguments: dict
     weight: np.ndarray
     bias: np.ndarray
-    batchnorm: dict | None          # the folded BatchNormalization's parameters
+    folded: list                    # the folded nodes' manifest entries, in order
     geometry: _params.ConvGeometry
     mpscnn_settings: weights.MPSCNNTransposeParams | weights.MPSCNNConvolutionParams | None
     mpscnn_reason: str | None
@@ -507,9 +535,9 @@ def _resolve_layer(graph, chain, name) -> _Layer:
     groups = arguments["groups"]
     out_channels = weight.shape[3] * groups if transposed else weight.shape[0]
     bias = np.zeros(out_channels, np.float32) if onnx_bias is None else onnx_bias.astype(np.float32)
-    weight, bias, batchnorm = _fold_batchnorm(graph, chain.batchnorm, weight, bias, transposed, groups)
+    weight, bias, folded = _fold(graph, chain, weight, bias, transposed, groups)
     geometry = _geometry(graph, node, (1, *input_hw, in_channels), weight.shape, arguments)
-    return _Layer(name, chain, arguments, weight, bias, batchnorm, geometry, *_mpscnn_settings(geometry, arguments))
+    return _Layer(name, chain, arguments, weight, bias, folded, geometry, *_mpscnn_settings(geometry, arguments))
 
 
 def _read_conv(graph, node, transposed):
@@ -522,17 +550,31 @@ def _read_conv(graph, node, transposed):
     return weight, onnx_bias, input_shape[1], tuple(input_shape[2:])
 
 
-def _fold_batchnorm(graph, batchnorm_node, weight, bias, transposed, groups):
-    """(weight, bias, BatchNorm parameters) with the BatchNormalization folded in; (weight, bias, None)
-    without one."""
-    if batchnorm_node is None:
-        return weight, bias, None
-    parameters = _batchnorm_parameters(graph, batchnorm_node)
-    try:
-        weight, bias = weights.fold_batchnorm(weight, bias, **parameters, transposed=transposed, groups=groups)
-    except ValueError as error:
-        raise ConversionError(f"{graph.describe(batchnorm_node)}: {error}") from None
-    return weight, bias, parameters
+def _fold(graph, chain, weight, bias, transposed, groups):
+    """(weight, bias, the folded nodes' manifest entries): every node of ``chain.folded`` folded in, in
+    order, in float64 and rounded to float32 once. A per-channel ``scale·y + shift`` (Add/Sub/Mul/Div of
+    a constant) folds as a BatchNormalization with gamma = scale, beta = shift, mean = 0, var = 1, eps = 0."""
+    weight, bias, entries = weight.astype(np.float64), bias.astype(np.float64), []
+    channels = bias.shape[0]
+    for node in chain.folded:
+        if node.op_type == "BatchNormalization":
+            parameters = _batchnorm_parameters(graph, node)
+        else:
+            scale, shift = graph.affine(node, _folded_input(chain, node), channels)
+            parameters = {"gamma": scale, "beta": shift, "mean": np.zeros(channels), "var": np.ones(channels),
+                          "eps": 0.0}
+        try:
+            weight, bias = weights.fold_batchnorm(weight, bias, **parameters, transposed=transposed, groups=groups)
+        except ValueError as error:
+            raise ConversionError(f"{graph.describe(node)}: {error}") from None
+        entries.append(_folded_entry(node, parameters))
+    return weight.astype(np.float32), bias.astype(np.float32), entries
+
+
+def _folded_input(chain, node) -> str:
+    """The tensor of the layer that ``node`` (one of ``chain.folded``) reads."""
+    index = chain.folded.index(node)
+    return (chain.folded[index - 1] if index else chain.conv).output[0]
 
 
 def _geometry(graph, node, x_shape, w_shape, arguments):
@@ -640,7 +682,8 @@ def _manifest_entry(graph, layer, files, error_fastdeconv, error_mpscnn, toleran
         "file_shapes": _file_shapes(layer, files),
         "mpscnn": _mpscnn_entry(layer),
         "mpscnn_unsupported_reason": layer.mpscnn_reason,
-        "batchnorm": _batchnorm_entry(chain.batchnorm, layer.batchnorm),
+        "folded": layer.folded,
+        "batchnorm": next((e for e in layer.folded if e["op"] == "BatchNormalization"), None),
         "activation": _activation_entry(graph, chain.activation),
         "max_error": {"fastdeconv": error_fastdeconv, "mpscnn_model": error_mpscnn, "tolerance": tolerance},
     }
@@ -656,12 +699,13 @@ def _mpscnn_entry(layer):
     return entry
 
 
-def _batchnorm_entry(node, parameters):
-    if node is None:
-        return None
-    # The float32 that ONNX stores, written as its shortest decimal: 1e-05, not 9.999999747378752e-06.
-    return {"node": node.name, "epsilon": float(str(np.float32(parameters["eps"]))), "folded": True,
-            "output": node.output[0]}
+def _folded_entry(node, parameters) -> dict:
+    """A folded node in the manifest: node, op, output; a BatchNormalization also its epsilon."""
+    entry = {"node": node.name, "op": node.op_type, "output": node.output[0]}
+    if node.op_type == "BatchNormalization":
+        # The float32 that ONNX stores, written as its shortest decimal: 1e-05, not 9.999999747378752e-06.
+        entry.update({"epsilon": float(str(np.float32(parameters["eps"]))), "folded": True})
+    return entry
 
 
 def _activation_entry(graph, node):
@@ -692,7 +736,7 @@ def _batchnorm_parameters(graph, node):
 # --------------------------------------------------------------------------------------------------------
 
 def _onnx_reference(graph, chain, x_nchw) -> np.ndarray:
-    """Run the original Conv/ConvTranspose (+ BatchNormalization) node in a tiny model through
+    """Run the original Conv/ConvTranspose node and the nodes folded into it in a tiny model through
     onnx.reference.ReferenceEvaluator, with ConvTranspose per the ONNX spec
     (:func:`fastdeconv.convert.verify.reference_ops`)."""
     from onnx import TensorProto, helper, numpy_helper
@@ -710,12 +754,17 @@ def _onnx_reference(graph, chain, x_nchw) -> np.ndarray:
         inputs.append(constant("B", node.input[2]))
     nodes = [helper.make_node(node.op_type, inputs, ["conv"], **graph.attributes(node))]
     result = "conv"
-    if chain.batchnorm is not None:
-        bn = chain.batchnorm
-        inputs = ["conv"] + [constant(key, bn.input[i]) for i, key in enumerate(("gamma", "beta", "mean", "var"), 1)]
-        attributes = {k: v for k, v in graph.attributes(bn).items() if k in ("epsilon", "momentum")}
-        nodes.append(helper.make_node("BatchNormalization", inputs, ["bn"], **attributes))
-        result = "bn"
+    for index, folded in enumerate(chain.folded):
+        previous, result = result, f"folded{index}"
+        source = _folded_input(chain, folded)
+        if folded.op_type == "BatchNormalization":
+            inputs = [previous] + [constant(f"{result}_{key}", folded.input[i])
+                                   for i, key in enumerate(("gamma", "beta", "mean", "var"), 1)]
+            attributes = {k: v for k, v in graph.attributes(folded).items() if k in ("epsilon", "momentum")}
+        else:   # the constant operand keeps its side (Sub and Div are not symmetric)
+            inputs = [previous if name == source else constant(f"{result}_constant", name) for name in folded.input]
+            attributes = {}
+        nodes.append(helper.make_node(folded.op_type, inputs, [result], **attributes))
     tiny = helper.make_model(
         helper.make_graph(nodes, "verify", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_nchw.shape)],
                           [helper.make_tensor_value_info(result, TensorProto.FLOAT, None)], initializers),

@@ -1,5 +1,7 @@
-"""Reading an ONNX graph for ``fastdeconv convert``: constants (through Identity, Cast and Reshape),
-static shapes, the conv layers (Conv / ConvTranspose [-> BatchNormalization] [-> activation]) and the
+"""Reading an ONNX graph for ``fastdeconv convert``: constants (through Identity, Cast, Reshape,
+Transpose, Squeeze and Unsqueeze), static shapes (symbolic heights and widths fixed first, see
+:meth:`OnnxGraph.load`), the conv layers (Conv / ConvTranspose, then the per-channel constant
+Add/Sub/Mul/Div and inference-mode BatchNormalization nodes folded into it, then an activation) and the
 nodes left to the app, each with the reason.
 
 onnx is imported only inside the functions (``import fastdeconv`` never needs it).
@@ -7,13 +9,16 @@ onnx is imported only inside the functions (``import fastdeconv`` never needs it
 
 from __future__ import annotations
 
+import operator
+import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ConversionError", "OnnxGraph", "Chain", "Skipped", "ACTIVATIONS", "CONV_OPS"]
+__all__ = ["ConversionError", "OnnxGraph", "Chain", "Skipped", "ACTIVATIONS", "CONV_OPS", "DEFAULT_SIZES",
+           "parse_input_shape"]
 
 #: Activations recorded after a conv (+ BN): ONNX op -> attribute defaults (ONNX Operators.md).
 ACTIVATIONS = {
@@ -23,7 +28,108 @@ ACTIVATIONS = {
 }
 CONV_OPS = {"Conv": False, "ConvTranspose": True}   # op -> transposed
 #: Ops whose output is computed here when every input is constant (weights stored through them).
-_FOLDABLE = ("Identity", "Cast", "Reshape")
+_FOLDABLE = ("Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
+#: Elementwise ops with a per-channel constant that fold into the conv before them: y' = scale·y + shift.
+AFFINE_OPS = ("Add", "Sub", "Mul", "Div")
+#: The sizes tried, in order, for a symbolic height and width of a graph input: the first that shape
+#: inference accepts (no error, no negative size, no empty image) is used to verify the conversion.
+DEFAULT_SIZES = (*range(64, 128), *range(128, 1025, 32))
+
+
+def _shape_text(shape) -> str:
+    return "?" if shape is None else "x".join("?" if v is None else str(v) for v in shape)
+
+
+def _error_text(error) -> str:
+    if isinstance(error, str):
+        return error
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else repr(error)}"
+
+
+def _declared_shape(info):
+    """A graph input's declared shape, symbolic dimensions as None; None without a shape."""
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    # a negative size (paddle2onnx writes -1 for a dynamic batch) is symbolic too
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                 for d in tensor_type.shape.dim)
+
+
+#: ONNX element types fed as random floats: TensorProto.FLOAT, FLOAT16, DOUBLE.
+FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}
+
+
+def _static_image(shape) -> bool:
+    """An NCHW shape whose C, H and W are known."""
+    return shape is not None and len(shape) == 4 and all(v is not None for v in shape[1:])
+
+
+def parse_input_shape(text) -> tuple:
+    """``"NAME:N,C,H,W"`` -> (NAME, (N, C, H, W)); the name may contain colons (the last one splits).
+    ValueError with the expected form otherwise."""
+    name, colon, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(v) for v in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not colon or not name or not shape:
+        raise ValueError(f"--input-shape {text!r}: expected NAME:N,C,H,W (the graph input's name, a colon, "
+                         "comma-separated sizes), e.g. --input-shape x:1,3,640,640")
+    return name, shape
+
+
+def _checked_input_shapes(input_shapes, declared, path) -> dict:
+    """{name: shape} of the given shapes, each checked against the graph input it names."""
+    checked = {}
+    for name, shape in input_shapes.items():
+        if name not in declared:
+            raise ConversionError(f"--input-shape {name}: {path} has no graph input {name!r}; its inputs are "
+                                  f"{', '.join(f'{n} {_shape_text(s)}' for n, s in declared.items()) or 'none'}")
+        try:
+            shape = tuple(operator.index(v) for v in shape)
+        except TypeError:
+            raise ConversionError(f"--input-shape {name}: the sizes must be integers, got {shape!r}") from None
+        model_shape = declared[name]
+        if model_shape is not None and len(model_shape) != len(shape):
+            raise ConversionError(f"--input-shape {name}:{','.join(map(str, shape))}: the model declares rank "
+                                  f"{len(model_shape)} ({_shape_text(model_shape)}), got {len(shape)} sizes")
+        if any(v < 1 for v in shape):
+            raise ConversionError(f"--input-shape {name}:{','.join(map(str, shape))}: every size must be >= 1")
+        if model_shape is not None:
+            for axis, (want, got) in enumerate(zip(model_shape, shape)):
+                if want is not None and want != got:
+                    raise ConversionError(
+                        f"--input-shape {name}:{','.join(map(str, shape))}: axis {axis} is {want} in the "
+                        f"model ({_shape_text(model_shape)}); only symbolic dimensions can be given")
+        checked[name] = shape
+    return checked
+
+
+def _inferred(model, fixed):
+    """The model shape-inferred (strict, with data propagation), with the graph inputs of ``fixed``
+    given those shapes (None keeps a dimension symbolic)."""
+    import onnx
+
+    declared = [*model.graph.input, *model.graph.output, *model.graph.value_info]
+    negative = any(d.HasField("dim_value") and d.dim_value < 0 for info in declared
+                   for d in info.type.tensor_type.shape.dim)
+    if fixed or negative:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        for info in [*copy.graph.input, *copy.graph.output]:
+            sizes = fixed.get(info.name, ())
+            for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+                value = sizes[axis] if axis < len(sizes) else None
+                if value is not None:
+                    dim.Clear()
+                    dim.dim_value = value
+                elif dim.HasField("dim_value") and dim.dim_value < 0:
+                    dim.Clear()   # unknown, as the -1 meant
+        del copy.graph.value_info[:]   # shapes inferred for the declared (symbolic) sizes
+        model = copy
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
 
 class ConversionError(Exception):
@@ -32,22 +138,28 @@ class ConversionError(Exception):
 
 @dataclass
 class Chain:
-    """One conv layer: the Conv/ConvTranspose node, the BatchNormalization folded into it (or None) and
-    the activation recorded after it (or None)."""
+    """One conv layer: the Conv/ConvTranspose node, the nodes folded into it in order (per-channel
+    constant Add/Sub/Mul/Div, inference-mode BatchNormalization) and the activation recorded after them
+    (or None)."""
 
     conv: object                 # onnx NodeProto
-    batchnorm: object = None
+    folded: list = field(default_factory=list)
     activation: object = None
 
     @property
+    def batchnorm(self):
+        """The first BatchNormalization folded in, or None."""
+        return next((n for n in self.folded if n.op_type == "BatchNormalization"), None)
+
+    @property
     def output(self) -> str:
-        """The tensor the layer's weights compute: the BatchNormalization's output when one is folded."""
-        return (self.batchnorm or self.conv).output[0]
+        """The tensor the layer's weights compute: the last folded node's output."""
+        return (self.folded[-1] if self.folded else self.conv).output[0]
 
     @property
     def final_output(self) -> str:
         """The tensor after the recorded activation (what the next layer or skip connection reads)."""
-        return (self.activation or self.batchnorm or self.conv).output[0]
+        return self.activation.output[0] if self.activation is not None else self.output
 
 
 @dataclass
@@ -74,7 +186,7 @@ class OnnxGraph:
         for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
             tensor_type = info.type.tensor_type
             self.elem_types[info.name] = tensor_type.elem_type
-            if tensor_type.HasField("shape"):
+            if tensor_type.HasField("shape"):   # a negative size here is inference's: see _size_problem
                 self.shapes[info.name] = tuple(d.dim_value if d.HasField("dim_value") else None
                                                for d in tensor_type.shape.dim)
         self.consumers, self.producer = {}, {}
@@ -88,9 +200,22 @@ class OnnxGraph:
         self.graph_outputs = [o.name for o in self.graph.output]
         self.graph_inputs = [i for i in self.graph.input if i.name not in self.initializers]
         self._constants = {}     # tensor name -> (array, root initializer/Constant name) or None
+        #: graph input -> {"declared": shape in the model, "shape": shape used, "source": "model",
+        #: "--input-shape" or "default size"} (a symbolic dimension is None); set by :meth:`load`.
+        self.input_shapes = {}
 
     @classmethod
-    def load(cls, path) -> "OnnxGraph":
+    def load(cls, path, input_shapes=None) -> "OnnxGraph":
+        """Read, check and shape-infer the model at ``path``.
+
+        ``input_shapes`` ({graph input: (N, C, H, W)}, e.g. from ``--input-shape``) fixes those inputs'
+        symbolic dimensions. Every other rank-4 input with a symbolic dimension after the batch (height
+        and width of NCHW, or of NHWC as tf2onnx writes it) is tried at the square sizes of
+        :data:`DEFAULT_SIZES`, in order, until shape inference accepts one (no error, no negative size,
+        no empty image). A symbolic batch stays symbolic. What was used is in :attr:`input_shapes`. The
+        weights do not depend on the size; the geometry in the manifest (padding of SAME convs, MPSCNN
+        destination sizes) and the verification do.
+        """
         import onnx
 
         path = Path(path)
@@ -99,12 +224,83 @@ class OnnxGraph:
         try:
             model = onnx.load(str(path))
             onnx.checker.check_model(model)
-            model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as error:  # onnx raises DecodeError, ValidationError, InferenceError, ...
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise ConversionError(f"cannot read {path} as an ONNX model: {type(error).__name__}: "
-                                  f"{first_line}") from None
-        return cls(model, path)
+            raise ConversionError(f"cannot read {path} as an ONNX model: {_error_text(error)}") from None
+        inputs = {i.name: i for i in model.graph.input
+                  if i.name not in {t.name for t in model.graph.initializer}}
+        declared = {name: _declared_shape(info) for name, info in inputs.items()}
+        given = _checked_input_shapes(input_shapes or {}, declared, path)
+        # NCHW, or NHWC (tf2onnx): every symbolic dimension but the batch takes the size
+        searched = [name for name, shape in declared.items() if name not in given and shape is not None
+                    and len(shape) == 4 and any(v is None for v in shape[1:])]
+        sizes = DEFAULT_SIZES if searched else (None,)
+        first_error = None
+        for size in sizes:
+            fixed = dict(given)
+            for name in searched:
+                fixed[name] = tuple(size if v is None and axis else v for axis, v in enumerate(declared[name]))
+            try:
+                graph = cls(_inferred(model, fixed), path)
+            except Exception as error:   # InferenceError, ValidationError, ...
+                first_error = first_error or error
+                continue
+            problem = graph._size_problem() if searched else None
+            if problem is None:
+                graph._shapes_from_a_run()
+                graph.input_shapes = {name: {"declared": declared[name], "shape": graph.shapes.get(name),
+                                             "source": "--input-shape" if name in given else
+                                             "default size" if name in searched else "model"}
+                                      for name in declared}
+                return graph
+            first_error = first_error or problem
+        if not searched:
+            what = " with the given --input-shape" if given else ""
+            raise ConversionError(f"cannot read {path} as an ONNX model{what}: {_error_text(first_error)}")
+        listing = ", ".join(f"{name} {_shape_text(declared[name])}" for name in searched)
+        raise ConversionError(
+            f"{path}: shape inference accepts none of the sizes {DEFAULT_SIZES[0]}..{DEFAULT_SIZES[-1]} for the "
+            f"symbolic height and width of {listing} (at {DEFAULT_SIZES[0]}: {_error_text(first_error)}); "
+            f"give the size with --input-shape NAME:N,C,H,W (input_shapes= in Python)")
+
+    def _shapes_from_a_run(self):
+        """Shapes of the conv inputs that shape inference leaves unknown (a Reshape to a shape computed
+        from Shape nodes, as transformer blocks write it), from one run of the model in onnx.reference
+        on a seeded random input. Only when every graph input is a float tensor with static
+        dimensions after the batch (fed as 1); nothing changes when the run fails."""
+        from .verify import reference_ops
+
+        unknown = [node.input[0] for node in self.graph.node if node.op_type in CONV_OPS
+                   and node.domain in ("", "ai.onnx") and not _static_image(self.shapes.get(node.input[0]))]
+        if not unknown:
+            return
+        rng, feeds = np.random.default_rng(0), {}
+        for info in self.graph_inputs:
+            shape, dtype = self.shapes.get(info.name), FLOAT_TYPES.get(self.elem_types.get(info.name))
+            if dtype is None or shape is None or any(v is None for v in shape[1:]):
+                return
+            feeds[info.name] = rng.standard_normal(tuple(1 if v is None else v for v in shape)).astype(dtype)
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            with warnings.catch_warnings(), np.errstate(all="ignore"):   # random data: only shapes matter
+                warnings.simplefilter("ignore")
+                values = ReferenceEvaluator(self.model, new_ops=reference_ops()).run(None, feeds, intermediate=True)
+        except Exception:   # an op onnx.reference lacks, an old onnx without intermediate=, ...
+            return
+        for name in unknown:
+            value = values.get(name)
+            if isinstance(value, np.ndarray) and value.ndim == 4:
+                self.shapes[name] = value.shape
+
+    def _size_problem(self):
+        """Why the fixed input size is not usable (a negative size, or an empty 4-D tensor that is not a
+        constant), or None. (A conv input that stays symbolic does so at every size: that conv is
+        skipped, with the reason.)"""
+        for name, shape in self.shapes.items():
+            known = [v for v in (shape or ()) if v is not None]
+            if any(v < 0 for v in known) or (len(shape or ()) == 4 and 0 in known and self.constant(name) is None):
+                return f"tensor {name!r} would have shape {_shape_text(shape)}"
+        return None
 
     # ---------------------------------------------------------------------------------------- basics
 
@@ -131,14 +327,15 @@ class OnnxGraph:
 
     def constant(self, name):
         """The value of tensor ``name`` if it is constant, else None: an initializer, a Constant node's
-        value, or Identity / Cast / Reshape of constants (torch's exporter stores equal tensors once and
-        names the second use through an Identity)."""
+        value, or Identity / Cast / Reshape / Transpose / Squeeze / Unsqueeze of constants (torch's
+        exporter stores equal tensors once and names the second use through an Identity; tf2onnx and
+        paddle2onnx store weights behind Transpose and Constant nodes)."""
         found = self._resolve(name)
         return None if found is None else found[0]
 
     def constant_source(self, name):
-        """The initializer or Constant output a constant tensor comes from (through Identity, Cast,
-        Reshape), or None."""
+        """The initializer or Constant output a constant tensor comes from (through the ops above), or
+        None."""
         found = self._resolve(name)
         return None if found is None else found[1]
 
@@ -185,12 +382,22 @@ class OnnxGraph:
                 if not attributes.get("allowzero", 0):   # 0 copies the input's dimension
                     shape = [value.shape[i] if v == 0 else v for i, v in enumerate(shape)]
                 value = value.reshape(shape)
-        except (KeyError, ValueError, TypeError, IndexError):
+            elif node.op_type == "Transpose":
+                value = np.transpose(value, attributes.get("perm"))   # no perm: the axes reversed
+            elif node.op_type in ("Squeeze", "Unsqueeze"):   # axes: an attribute (opset < 13) or input 2
+                axes = attributes.get("axes")
+                if axes is None and len(inputs) > 1:
+                    axes = [int(v) for v in inputs[1][0].ravel()]
+                if node.op_type == "Squeeze":
+                    value = np.squeeze(value, axis=None if axes is None else tuple(axes))
+                else:
+                    value = np.expand_dims(value, tuple(axes))
+        except (KeyError, ValueError, TypeError, IndexError):   # (numpy AxisError is a ValueError)
             return None
         return value, root
 
     def is_constant_node(self, node) -> bool:
-        """A node computed here from constants (Constant, or Identity/Cast/Reshape of constants): it
+        """A node computed here from constants (Constant, or one of the ops above on constants): it
         runs nowhere, its value is part of what uses it."""
         if node.op_type == "Constant":
             return True
@@ -210,16 +417,19 @@ class OnnxGraph:
                 reasons[id(node)] = problem
                 continue
             chain = Chain(node)
+            channels = self.out_channels(node)
             following = self.sole_consumer(node.output[0])
-            if following is not None and following.op_type == "BatchNormalization" \
-                    and following.input[0] == node.output[0] and self._unfoldable(following) is None:
-                chain.batchnorm = following
+            while following is not None and following.domain in ("", "ai.onnx") and (
+                    (following.op_type == "BatchNormalization" and following.input[0] == chain.output
+                     and self._unfoldable(following) is None)
+                    or self.affine(following, chain.output, channels) is not None):
+                chain.folded.append(following)
                 following = self.sole_consumer(following.output[0])
             if following is not None and following.op_type in ACTIVATIONS \
                     and following.input[0] == chain.output and self._activation_constants(following):
                 chain.activation = following
             chains.append(chain)
-        used = {id(n) for c in chains for n in (c.conv, c.batchnorm, c.activation) if n is not None}
+        used = {id(n) for c in chains for n in (c.conv, *c.folded, c.activation) if n is not None}
         converted = {id(c.conv) for c in chains}
         skipped = []
         for node in self.graph.node:
@@ -240,10 +450,47 @@ class OnnxGraph:
         if len(conv.input) > 2 and conv.input[2] and self.constant(conv.input[2]) is None:
             return f"its bias {conv.input[2]!r} is not constant"
         shape = self.shapes.get(conv.input[0])
-        if shape is None or len(shape) != 4 or any(v is None for v in shape[1:]):
+        if not _static_image(shape):
             return (f"its input {conv.input[0]!r} has no static NCHW shape (C, H, W known), got "
-                    f"{None if shape is None else tuple('?' if v is None else v for v in shape)}")
+                    f"{None if shape is None else tuple('?' if v is None else v for v in shape)}; if it "
+                    "depends on a graph input's size, give that with --input-shape NAME:N,C,H,W")
         return None
+
+    def out_channels(self, conv) -> int:
+        """C_out of a Conv/ConvTranspose whose weight is a constant 4-D array."""
+        weight = self.constant(conv.input[1])
+        if CONV_OPS[conv.op_type]:   # ConvTranspose: (C_in, C_out/group, kH, kW)
+            return int(weight.shape[1]) * int(self.attributes(conv).get("group", 1))
+        return int(weight.shape[0])
+
+    def affine(self, node, tensor, channels):
+        """(scale, shift), float64 vectors of length ``channels``, when ``node`` computes
+        scale·tensor + shift per channel of an NCHW ``tensor``: an Add, Sub, Mul or Div of ``tensor``
+        and a constant that broadcasts along the channel axis only (shape (C, 1, 1), (1, C, 1, 1), a
+        scalar, ...), as paddle2onnx writes a conv's bias. Otherwise None (constant / tensor is not
+        affine, and neither is a division by zero)."""
+        if node.op_type not in AFFINE_OPS or len(node.input) != 2 or list(node.input).count(tensor) != 1:
+            return None
+        position = list(node.input).index(tensor)
+        constant = self.constant(node.input[1 - position])
+        if constant is None or constant.dtype.kind != "f" or constant.ndim > 4:
+            return None
+        try:
+            if np.broadcast_shapes(constant.shape, (1, channels, 1, 1)) != (1, channels, 1, 1):
+                return None
+        except ValueError:
+            return None
+        vector = np.broadcast_to(constant.astype(np.float64), (1, channels, 1, 1)).reshape(channels)
+        ones, zeros = np.ones(channels), np.zeros(channels)
+        if node.op_type == "Add":
+            return ones, vector
+        if node.op_type == "Sub":
+            return (ones, -vector) if position == 0 else (-ones, vector)
+        if node.op_type == "Mul":
+            return vector, zeros
+        if position == 1 or not np.all(vector != 0):   # Div: constant / tensor, or / 0
+            return None
+        return 1 / vector, zeros
 
     def _unfoldable(self, batchnorm):
         """Why this BatchNormalization (directly after a conv) cannot be folded into it, or None."""

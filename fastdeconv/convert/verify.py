@@ -2,12 +2,13 @@
 
 **Per layer** (always): the layer's files run through fastdeconv (and the MPSCNN numpy model with the
 MPSCNN files) on a seeded random input, against onnx's ReferenceEvaluator on the original
-Conv/ConvTranspose (+ BatchNormalization) node. A mismatch names the layer.
+Conv/ConvTranspose node and the nodes folded into it. A mismatch names the layer.
 
 **Whole network** (:func:`verify_network`): ``manifest.json`` and the ``.dat`` files of an output
 directory are read back; the ONNX graph runs in ``onnx.reference.ReferenceEvaluator`` with Conv and
 ConvTranspose replaced (its ``new_ops``) by implementations that call fastdeconv with the loaded weights
-(a folded BatchNormalization is removed from the graph, the layer computes it); a second run uses the
+(the folded BatchNormalization and Add/Sub/Mul/Div nodes are removed from the graph, the layer computes
+them; the check fails unless every converted layer was substituted); a second run uses the
 numpy MPSCNN model (:mod:`fastdeconv.metal.mpscnn_model`) with the MPSCNN files for every layer MPSCNN can
 express (fastdeconv for the others). Both are compared, output by output, with the unmodified graph in
 ``onnx.reference`` and, when it is installed and can load the model, onnxruntime, on one seeded
@@ -42,14 +43,13 @@ import numpy as np
 
 from .. import weights
 from ..metal import mpscnn_model
-from .graph import CONV_OPS, ConversionError
+from .graph import CONV_OPS, FLOAT_TYPES, ConversionError
 
 __all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network"]
 
 #: Largest accepted max|error| / max(1, max|reference|) in float32, for a layer and for a network output.
 RELATIVE_TOLERANCE = 1e-4
 _RUN_NAMES = {"fastdeconv": "fastdeconv", "mpscnn_model": "MPSCNN model"}
-_FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}   # TensorProto.FLOAT, FLOAT16, DOUBLE
 
 
 def layer_runner(transposed, weight, bias, arguments):
@@ -61,14 +61,16 @@ def layer_runner(transposed, weight, bias, arguments):
 
 
 def max_error(actual, expected) -> float:
-    """max |actual − expected| in float64; inf for a shape mismatch; NaN where both are NaN counts 0."""
+    """max |actual − expected| in float64; inf for a shape mismatch; equal values (the same infinity
+    included) and NaN where both are NaN count 0."""
     actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     if actual.shape != expected.shape:
         return float("inf")
     if actual.size == 0:
         return 0.0
-    both_nan = np.isnan(actual) & np.isnan(expected)
-    difference = np.where(both_nan, 0.0, np.abs(actual - expected))
+    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    with np.errstate(invalid="ignore"):   # inf − inf where the infinities differ in sign or place
+        difference = np.where(same, 0.0, np.abs(actual - expected))
     return float(np.nan_to_num(difference, nan=np.inf).max())
 
 
@@ -153,14 +155,16 @@ def reference_ops() -> list:
     return [ConvTranspose, BatchNormalization]
 
 
-def _converted_ops(runners, reference) -> list:
+def _converted_ops(runners, reference, substituted) -> list:
     """``new_ops`` whose Conv / ConvTranspose call ``runners[output tensor]`` (NCHW in and out, the
-    runner works in NHWC); a node without a runner keeps the (corrected) reference implementation."""
+    runner works in NHWC) and add that tensor to the set ``substituted``; a node without a runner keeps
+    the (corrected) reference implementation."""
     from onnx.reference.ops.op_conv import Conv as _BuiltinConv
 
     _ReferenceConvTranspose = reference[0]
 
     def run_layer(node, X):
+        substituted.add(node.output[0])
         y = runners[node.output[0]](np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype=np.float32))
         return (np.ascontiguousarray(np.asarray(y).transpose(0, 3, 1, 2)).astype(X.dtype),)
 
@@ -242,14 +246,14 @@ def _feeds(graph, seed):
     rng = np.random.default_rng(seed)
     feeds = {}
     for info in graph.graph_inputs:
-        dtype = _FLOAT_TYPES.get(graph.elem_types.get(info.name))
+        dtype = FLOAT_TYPES.get(graph.elem_types.get(info.name))
         shape = graph.shapes.get(info.name)
         if dtype is None:
             raise _NotRunnable(f"graph input {info.name!r} is not a float tensor")
         if shape is None or any(v is None for v in shape[1:]):
             raise _NotRunnable(f"graph input {info.name!r} has shape "
                                f"{None if shape is None else tuple('?' if v is None else v for v in shape)}; "
-                               "only the batch dimension may be symbolic")
+                               "only the batch dimension may be symbolic (give the others with --input-shape)")
         shape = tuple(1 if v is None else v for v in shape)
         feeds[info.name] = rng.standard_normal(shape).astype(dtype)
     return feeds
@@ -299,26 +303,36 @@ def _runners(layers, directory, use_mpscnn):
     return runners, on_mpscnn
 
 
+def _folded_outputs(layer) -> set:
+    """The outputs of the nodes folded into a manifest layer (older manifests: the BatchNormalization)."""
+    folded = layer.get("folded")
+    if folded is None:
+        folded = [layer["batchnorm"]] if layer.get("batchnorm") else []
+    return {entry["output"] for entry in folded}
+
+
 def _rewritten_model(model, layers):
     """A copy of the model where each converted layer's conv node writes the tensor the layer computes
-    (the folded BatchNormalization's output) and the folded BatchNormalization nodes are gone."""
+    (the last folded node's output) and the folded nodes are gone; and the names of the layers whose conv
+    output is not in the model (a manifest that does not belong to it)."""
     import onnx
 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     by_conv_output = {layer["onnx_conv_output"]: layer for layer in layers}
-    folded = {layer["batchnorm"]["output"] for layer in layers if layer.get("batchnorm")}
-    kept = []
+    folded = set().union(*(_folded_outputs(layer) for layer in layers))
+    kept, found = [], set()
     for node in copy.graph.node:
-        if node.op_type == "BatchNormalization" and node.output[0] in folded:
+        if node.output and node.output[0] in folded:
             continue
         layer = by_conv_output.get(node.output[0]) if node.op_type in CONV_OPS else None
         if layer is not None:
             node.output[0] = layer["onnx_output_before_activation"]
+            found.add(layer["name"])
         kept.append(node)
     del copy.graph.node[:]
     copy.graph.node.extend(kept)
-    return copy
+    return copy, [layer["name"] for layer in layers if layer["name"] not in found]
 
 
 def _onnxruntime_outputs(model, feeds, notes):
@@ -361,7 +375,7 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
         check.reason, check.seconds = str(reason), time.perf_counter() - started
         return check
     layers = manifest["layers"]
-    rewritten = _rewritten_model(graph.model, layers)
+    rewritten, missing = _rewritten_model(graph.model, layers)
     runs = [("fastdeconv", False)]
     if mpscnn and any(layer.get("mpscnn") is not None for layer in layers):
         runs.append(("mpscnn_model", True))
@@ -370,13 +384,21 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
     for label, use_mpscnn in runs:
         try:
             runners, on_mpscnn = _runners(layers, directory, use_mpscnn)
-            evaluator = ReferenceEvaluator(rewritten, new_ops=_converted_ops(runners, reference_fix))
+            substituted = set()
+            evaluator = ReferenceEvaluator(rewritten, new_ops=_converted_ops(runners, reference_fix, substituted))
             results[label] = evaluator.run(None, feeds)
         except Exception as error:   # a missing or short file, a shape that does not fit, ...
             check.status = "failed"
             check.reason = f"the {label} run failed: {type(error).__name__}: {_first_line(error)}"
             results[label] = None
             continue
+        if missing or len(substituted) != len(layers):
+            # A check that compares the model with itself would pass whatever the files hold.
+            check.status = "failed"
+            check.reason = (f"the {label} run substituted {len(substituted)} of the {len(layers)} converted "
+                            "layers into the network" + (f"; not in the model: {', '.join(missing)}"
+                                                          if missing else "")
+                            + " (does the manifest belong to this model?)")
         if use_mpscnn:
             check.notes.append(f"mpscnn_model run: {on_mpscnn} of {len(layers)} layers on the MPSCNN model "
                                "with the MPSCNN files, the others on fastdeconv")
@@ -405,12 +427,16 @@ def verify_directory(model_path, directory, *, seed=0, mpscnn=True) -> NetworkCh
     """:func:`verify_network` on a converted output directory (its manifest.json and .dat files)."""
     from .graph import OnnxGraph
 
-    graph = OnnxGraph.load(model_path)
     manifest_path = Path(directory) / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as error:
         raise ConversionError(f"cannot read {manifest_path}: {error}") from None
+    # the input sizes the files were converted at (a symbolic batch is run as 1)
+    shapes = {entry["name"]: tuple(1 if v is None else v for v in entry["shape"])
+              for entry in manifest.get("graph_inputs", [])
+              if entry.get("shape_source", "model") != "model" and entry.get("shape") is not None}
+    graph = OnnxGraph.load(model_path, shapes)
     return verify_network(graph, manifest, directory, seed=seed, mpscnn=mpscnn)
 
 

@@ -168,13 +168,14 @@ def test_a_mismatch_fails_and_writes_nothing(tmp_path, capsys, monkeypatch):
 
 
 def test_unsupported_op_between_conv_and_batchnorm_is_skipped(tmp_path, capsys):
-    """Conv -> Mul -> BatchNormalization: the conv is converted, the Mul and the BatchNormalization are
-    skipped with accurate reasons, and the whole network (which runs them) still matches."""
+    """Conv -> Mul by a spatial map (not per channel) -> BatchNormalization: the conv is converted, the
+    Mul and the BatchNormalization are skipped with accurate reasons, and the whole network (which runs
+    them) still matches."""
     pytest.importorskip("onnx")
     from onnx import helper
 
     rng = np.random.default_rng(0)
-    init = {"w": rng.standard_normal((4, 2, 3, 3)), "k": np.float32(2.0), **_bn("bn", 4, rng)}
+    init = {"w": rng.standard_normal((4, 2, 3, 3)), "k": rng.standard_normal((1, 1, 3, 3)), **_bn("bn", 4, rng)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1"),
              helper.make_node("Mul", ["y", "k"], ["scaled"], name="scale_mul"),
              helper.make_node("BatchNormalization", ["scaled", *_bn_inputs("bn")], ["z"], name="bn1")]
@@ -189,6 +190,66 @@ def test_unsupported_op_between_conv_and_batchnorm_is_skipped(tmp_path, capsys):
     assert [(s["node"], s["op"], s["inputs"][0], s["outputs"]) for s in manifest["skipped"]] == \
         [("scale_mul", "Mul", "y", ["scaled"]), ("bn1", "BatchNormalization", "scaled", ["z"])]
     assert manifest["verification"]["network"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_per_channel_affine_nodes_fold_in_order(tmp_path, capsys, transposed):
+    """Conv -> Mul by a scalar -> BatchNormalization -> constant − y (per channel) -> y / constant ->
+    Relu: all four fold into the layer, in order (Sub and Div keep their operand order), the Relu is
+    recorded, and both checks pass; the manifest lists the folded nodes."""
+    pytest.importorskip("onnx")
+    from onnx import helper
+
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((2, 2, 3, 3) if transposed else (4, 2, 3, 3))   # 4 output channels
+    init = {"w": weight, "b": rng.standard_normal(4), "k": np.float32(-1.5), **_bn("bn", 4, rng),
+            "shift": rng.standard_normal((4, 1, 1)), "div": rng.uniform(0.5, 2, (1, 4, 1, 1))}
+    nodes = [helper.make_node("ConvTranspose" if transposed else "Conv", ["x", "w", "b"], ["y"], name="conv1",
+                              group=2 if transposed else 1),
+             helper.make_node("Mul", ["k", "y"], ["scaled"], name="scale"),
+             helper.make_node("BatchNormalization", ["scaled", *_bn_inputs("bn")], ["normed"], name="bn1"),
+             helper.make_node("Sub", ["shift", "normed"], ["flipped"], name="flip"),
+             helper.make_node("Div", ["flipped", "div"], ["divided"], name="divide"),
+             helper.make_node("Relu", ["divided"], ["z"], name="relu")]
+    model = _build_model(tmp_path / "m.onnx", nodes, init, [1, 2, 5, 5] if not transposed else [1, 2, 5, 5])
+    assert _convert(model, tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    assert "(Conv" in captured.err or "(ConvTranspose" in captured.err
+    assert " + Mul + BatchNormalization + Sub + Div): converting" in captured.err
+    assert captured.out.splitlines()[-1].startswith(
+        "converted 1 layer (1 BatchNorm, 3 Add/Sub/Mul/Div folded); skipped 0 nodes; ")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    layer = manifest["layers"][0]
+    assert [(e["node"], e["op"], e["output"]) for e in layer["folded"]] == [
+        ("scale", "Mul", "scaled"), ("bn1", "BatchNormalization", "normed"), ("flip", "Sub", "flipped"),
+        ("divide", "Div", "divided")]
+    assert layer["batchnorm"]["node"] == "bn1" and layer["onnx_output_before_activation"] == "divided"
+    assert layer["activation"]["op"] == "Relu" and layer["onnx_output"] == "z"
+    assert manifest["verification"]["network"]["status"] == "passed"
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # onnx.reference's y / 0
+@pytest.mark.parametrize("constant, why", [
+    (np.zeros((1, 4, 1, 1)), "a division by zero"),
+    (np.ones((4, 5, 5)), "a constant that varies over the image"),
+    (np.ones((2, 1, 1)), "a constant of the wrong channel count"),
+])
+def test_constants_that_are_not_per_channel_do_not_fold(tmp_path, capsys, constant, why):
+    pytest.importorskip("onnx")
+    from onnx import helper
+
+    init = {"w": np.ones((4, 2, 3, 3)), "k": constant}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Div" if "zero" in why else "Add", ["y", "k"], ["z"], name="op")]
+    model = _build_model(tmp_path / "m.onnx", nodes, init, [1, 2, 5, 5])
+    code = _convert(model, tmp_path / "out")
+    captured = capsys.readouterr()
+    if "wrong channel count" in why:   # shape inference refuses the model itself
+        assert code == 1 and "cannot read" in captured.err
+        return
+    assert code == 0, why
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["layers"][0]["folded"] == [] and [s["node"] for s in manifest["skipped"]] == ["op"]
 
 
 def test_unreachable_output_shape_names_the_node(tmp_path, capsys):

@@ -294,3 +294,46 @@ def test_network_check_uses_the_written_files(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert "MISMATCH" in captured.out and "the whole network does not match" in captured.err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name, opset, dynamo", [
+    pytest.param("pix2pix_unet", 13, False, id="unet-torchscript-opset13"),
+    pytest.param("fcn8s", 17, False, id="fcn-torchscript-opset17"),
+    pytest.param("pix2pix_unet", 18, True, id="unet-dynamo-opset18"),
+])
+def test_dynamic_height_and_width_convert_at_the_default_size(name, opset, dynamo, tmp_path, capsys):
+    """Exported with a symbolic batch, height and width (dynamic_axes / dynamic_shapes): every conv
+    converts, the network is verified at the smallest default size the strides accept (64, a
+    multiple of 8), and an --input-shape of another size works too."""
+    if dynamo:
+        pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+    builder, input_shape = ARCHITECTURES[name]
+    torch.manual_seed(0)
+    model = _randomize_batchnorms(builder(), seed=1).eval()
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            dim = torch.export.Dim
+            size = dim("size", min=1, max=128)
+            torch.onnx.export(model, (torch.randn(*input_shape),), str(path), dynamo=True, opset_version=opset,
+                              dynamic_shapes=({2: 8 * size, 3: 8 * size},), verbose=False)
+        else:
+            torch.onnx.export(model, (torch.randn(*input_shape),), str(path), dynamo=False, opset_version=opset,
+                              input_names=["input"], output_names=["output"],
+                              dynamic_axes={"input": {0: "n", 2: "h", 3: "w"}, "output": {0: "n", 2: "h", 3: "w"}})
+    declared = [d.dim_value or None for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+    assert declared[2] is None and declared[3] is None, declared
+    out = tmp_path / "out"
+    assert main(["convert", "--verify-model", str(path), str(out)]) == 0, capsys.readouterr().err
+    summary = capsys.readouterr().out.splitlines()[-1]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["layers"]) == len(_conv_modules(model))
+    (graph_input,) = manifest["graph_inputs"]
+    assert graph_input["shape"][2:] == [64, 64] and graph_input["shape_source"] == "default size"
+    assert "(default size; the model declares" in summary
+    assert manifest["verification"]["network"]["status"] == "passed"
+    name_in_model = graph_input["name"]
+    assert main(["convert", "--force", "--input-shape", f"{name_in_model}:1,3,40,56", str(path), str(out)]) == 0
+    assert json.loads((out / "manifest.json").read_text())["verification"]["network"]["inputs"] == \
+        {name_in_model: [1, 3, 40, 56]}
