@@ -39,18 +39,23 @@ next to OUTDIR and moved into place only if everything matches; an existing OUTD
 ``force``.
 
 Exit codes of :func:`main`: 0 success; 1 bad input, a mismatch, or ``--verify-model`` on a model onnx.reference
-cannot run (nothing written); 2 usage, a skipped node under ``--strict`` (nothing written), or onnx missing.
+cannot run (nothing written); 2 usage, a skipped node or a model onnxruntime refuses under ``--strict``
+(nothing written), or onnx missing; 128 + N for signal N (SIGTERM, SIGHUP), nothing written.
 onnx is imported only inside the functions: ``import fastdeconv`` never needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +71,7 @@ from .verify import (
     NetworkCheck,
     layer_runner,
     max_error,
+    onnxruntime_rejection,
     reference_ops,
     tolerance_for,
     verify_directory,
@@ -86,7 +92,9 @@ exit codes:
   0  converted and verified; OUTDIR written
   1  bad input (a missing or unreadable model, an invalid layer), a layer or the network does not match,
      or --verify-model on a model onnx.reference cannot run; nothing written
-  2  usage error, a node that would be skipped under --strict (nothing written), or onnx not installed"""
+  2  usage error, a node that would be skipped or a model onnxruntime refuses under --strict (nothing
+     written), or onnx not installed
+  128 + N  stopped by signal N (SIGTERM, SIGHUP); nothing written"""
 _CONV_OPS = CONV_OPS
 
 
@@ -126,6 +134,7 @@ class Conversion:
     seconds: float = 0.0
     network_note: str = "--no-verify-model"   # why network is None
     inputs: dict = field(default_factory=dict)   # OnnxGraph.input_shapes: declared, used, source
+    onnxruntime_rejection: str | None = None     # why onnxruntime refuses to load the model
 
     @property
     def ok(self) -> bool:
@@ -157,6 +166,8 @@ class Conversion:
             text += "; whole network not verified (see above)"
         elif self.network.worst is not None:
             text += f"; max network error {self.network.worst[0]:.1e} ({self.network.status})"
+        if self.onnxruntime_rejection is not None:
+            text += "; onnxruntime refuses to load the model"
         for name, entry in self.inputs.items():
             if entry["source"] != "model":
                 text += (f"; input {name!r} at {_shape_text(entry['shape'])} ({entry['source']}; the model "
@@ -206,8 +217,9 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
             return 2
         shapes[name] = shape
     try:
-        result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
-                         progress=sys.stderr, input_shapes=shapes)
+        with _signals_raise_system_exit():
+            result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
+                             progress=sys.stderr, input_shapes=shapes)
     except StrictModeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -228,6 +240,30 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
         return 1
     print(_printable(f"{summary}; wrote {outdir}"))
     return 0
+
+
+@contextlib.contextmanager
+def _signals_raise_system_exit():
+    """SIGTERM and SIGHUP (a closed terminal) raise SystemExit(128 + signal number) while converting, so
+    that the staging folder is removed as for any other exception (the default action would kill the
+    process and leave it). Only in the main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    saved = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            saved[number] = signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, previous in saved.items():
+            signal.signal(number, previous)
 
 
 def _printable(text, stream=None) -> str:
@@ -275,12 +311,8 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
     started = time.perf_counter()
     verify_model = _network_setting(verify_model)
     model_path, outdir = Path(model_path), Path(outdir)
-    if outdir.exists() and not force:
-        raise ConversionError(f"output directory {outdir} already exists; pass --force to replace it")
-    if outdir.exists() and not outdir.is_dir():
-        raise ConversionError(f"output path {outdir} exists and is not a directory")
-    if not outdir.parent.is_dir():
-        raise ConversionError(f"the parent directory of {outdir} does not exist")
+    _check_outdir(outdir, model_path, force)
+    _remove_stale_staging(outdir)
     graph = OnnxGraph.load(model_path, input_shapes)
     for name, entry in graph.input_shapes.items():
         if entry["source"] != "model":
@@ -288,6 +320,12 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
                            f"at {_shape_text(entry['shape'])} ({entry['source']}); the weights do not depend "
                            "on it, the manifest's geometry does")
     chains, skipped = graph.analyse()
+    rejected = onnxruntime_rejection(graph.model)
+    if rejected is not None and strict:
+        raise StrictModeError(f"--strict: onnxruntime refuses to load {model_path} ({rejected}); nothing was written")
+    if rejected is not None:
+        _log(progress, f"warning: onnxruntime refuses to load {model_path} ({rejected}): other runtimes may refuse it "
+                       "too; the checks below compare with onnx.reference only")
     if strict and skipped:
         listing = "; ".join(f"{graph.describe(s.node)}: {s.reason}" for s in skipped)
         raise StrictModeError(f"--strict: {len(skipped)} node(s) of {model_path} would be skipped "
@@ -299,7 +337,7 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
     for entry in skipped:
         _log(progress, f"note: skipped {graph.describe(entry.node)}: {entry.reason}")
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.partial-", dir=outdir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(outdir, "partial"), dir=outdir.parent))
     try:
         _chmod_as_umask_allows(staging)
         results, names = [], set()
@@ -313,7 +351,8 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
                            f" -> {'ok' if result.ok else 'MISMATCH'}")
             results.append(result)
         _record_sharing(graph, chains, results)
-        conversion = Conversion(results, skipped, None, written=False, inputs=graph.input_shapes)
+        conversion = Conversion(results, skipped, None, written=False, inputs=graph.input_shapes,
+                                onnxruntime_rejection=rejected)
         if not all(r.ok for r in results):
             conversion.network_note = "a layer does not match"
             shutil.rmtree(staging)
@@ -344,6 +383,7 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
             manifest["verification"] = {"layers": "passed", "network": conversion.network.entry()}
         else:
             manifest["verification"] = {"layers": "passed", "network": None}
+        manifest["verification"]["onnxruntime_rejection"] = rejected
         conversion.seconds = time.perf_counter() - started
         manifest["summary"] = conversion.summary()
         if not conversion.ok:
@@ -352,6 +392,9 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
         (staging / "manifest.json").write_text(_manifest_json(manifest))
         _move_into_place(staging, outdir)
         conversion.written = True
+    except OSError as error:   # a full disk, a file size limit, a permission, ...
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ConversionError(f"{type(error).__name__}: {error}; nothing was written to {outdir}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -394,9 +437,16 @@ def _log(progress, line):
         print(line, file=progress, flush=True)
 
 
+#: The longest layer name used in file names: NAME_mpscnn_weight.dat stays far below the usual 255 bytes.
+_MAX_NAME = 160
+
+
 def _unique_name(raw, taken):
-    """A file-name-safe layer name whose files (NAME_*.dat and NAME_mpscnn_*.dat) are nobody else's."""
+    """A file-name-safe layer name whose files (NAME_*.dat and NAME_mpscnn_*.dat) are nobody else's; a
+    long name is cut and keeps a hash of the whole (the manifest keeps the node's name as it is)."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).strip("._") or "layer"
+    if len(name) > _MAX_NAME:
+        name = f"{name[:_MAX_NAME - 9]}_{hashlib.sha256(raw.encode()).hexdigest()[:8]}"
     candidate, suffix = name, 2
     while candidate in taken or _mpscnn_name(candidate) in taken:
         candidate, suffix = f"{name}_{suffix}", suffix + 1
@@ -411,9 +461,78 @@ def _chmod_as_umask_allows(directory: Path):
     os.chmod(directory, 0o777 & ~umask)
 
 
+def _staging_prefix(outdir: Path, role: str, pid: int | None = None) -> str:
+    """The name prefix of the hidden folders beside OUTDIR: ".OUTDIR.partial-PID-" (being written) and
+    ".OUTDIR.old-PID-" (the replaced OUTDIR, being deleted); the PID tells a dead writer's from a live one's."""
+    return f".{outdir.name}.{role}-{os.getpid() if pid is None else pid}-"
+
+
+def _remove_stale_staging(outdir: Path):
+    """Remove the staging folders a killed conversion into OUTDIR left (SIGKILL, power loss): those whose
+    process no longer runs."""
+    pattern = re.compile(re.escape(f".{outdir.name}.") + r"(?:partial|old)-(\d+)-[^/]*$")
+    for entry in outdir.parent.iterdir():
+        match = pattern.match(entry.name)
+        if match is None or not entry.is_dir() or entry.is_symlink() or _process_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):   # another user's process, or a PID this OS cannot ask about
+        return True
+    return True
+
+
+def _check_outdir(outdir: Path, model_path: Path, force: bool):
+    """OUTDIR may be created, or with ``force`` replaced: only a folder this converter wrote (its
+    manifest.json and the files it names), never the current directory or one above it, never the
+    model's folder or a folder holding anything else."""
+    if outdir.is_symlink():
+        raise ConversionError(f"output path {outdir} is a symbolic link (to {os.readlink(outdir)!r}); "
+                              "pass the folder itself or a new path")
+    if not outdir.exists():
+        if not outdir.parent.is_dir():
+            raise ConversionError(f"the parent directory of {outdir} does not exist")
+        return
+    if not outdir.is_dir():
+        raise ConversionError(f"output path {outdir} exists and is not a directory")
+    if not force:
+        raise ConversionError(f"output directory {outdir} already exists; pass --force to replace it")
+    resolved, cwd = outdir.resolve(), Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise ConversionError(f"--force would replace {outdir}, which is the current directory or holds it; "
+                              "pass a new folder for the output")
+    if resolved == model_path.resolve().parent or resolved in model_path.resolve().parents:
+        raise ConversionError(f"--force would replace {outdir}, which holds the model {model_path}; "
+                              "pass a new folder for the output")
+    foreign = sorted(set(os.listdir(outdir)) - _written_files(outdir))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConversionError(f"--force replaces only a folder 'fastdeconv convert' wrote, and {outdir} holds "
+                              f"files it did not write ({shown}); move them or pass a new folder")
+
+
+def _written_files(outdir: Path) -> set:
+    """manifest.json and the files it names, when OUTDIR's manifest.json is one this converter wrote."""
+    try:
+        manifest = json.loads((outdir / "manifest.json").read_text())
+        if not str(manifest.get("converter", "")).startswith("fastdeconv "):
+            return set()
+        return {"manifest.json"} | {name for layer in manifest["layers"] for name in layer["files"].values()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
 def _move_into_place(staging: Path, outdir: Path):
     if outdir.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old-", dir=outdir.parent))
+        retired = Path(tempfile.mkdtemp(prefix=_staging_prefix(outdir, "old"), dir=outdir.parent))
         os.rename(outdir, retired / outdir.name)
         os.rename(staging, outdir)
         shutil.rmtree(retired)
@@ -717,7 +836,7 @@ def _activation_entry(graph, node):
     if node.op_type == "Clip":
         for index, bound in ((1, "min"), (2, "max")):
             if index < len(node.input) and node.input[index]:
-                entry[bound] = float(graph.constant(node.input[index]))
+                entry[bound] = float(graph.constant(node.input[index]).reshape(()))   # a 1-element array
     if node.op_type == "PRelu":
         entry["slope"] = np.asarray(graph.constant(node.input[1]), dtype=float).ravel().tolist()
     entry["output"] = node.output[0]

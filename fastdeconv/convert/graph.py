@@ -267,7 +267,7 @@ class OnnxGraph:
         from Shape nodes, as transformer blocks write it), from one run of the model in onnx.reference
         on a seeded random input. Only when every graph input is a float tensor with static
         dimensions after the batch (fed as 1); nothing changes when the run fails."""
-        from .verify import reference_ops
+        from .oracle import reference_ops
 
         unknown = [node.input[0] for node in self.graph.node if node.op_type in CONV_OPS
                    and node.domain in ("", "ai.onnx") and not _static_image(self.shapes.get(node.input[0]))]
@@ -340,18 +340,31 @@ class OnnxGraph:
         return None if found is None else found[1]
 
     def _resolve(self, name):
+        """(value, root) of a constant tensor, or None. Iterative, inputs before the node that reads
+        them: a chain of 400 Identity nodes must not exhaust Python's recursion limit."""
         if not name:
             return None
-        if name in self._constants:
-            return self._constants[name]
-        self._constants[name] = None    # a cycle (invalid ONNX anyway) resolves to "not constant"
-        result = None
-        if name in self.initializers:
-            result = (self.initializers[name], name)
-        elif name in self.producer:
-            result = self._fold(self.producer[name], name)
-        self._constants[name] = result
-        return result
+        pending, visiting = [name], set()
+        while pending:
+            current = pending[-1]
+            if current in self._constants:
+                pending.pop()
+                continue
+            node = None if current in self.initializers else self.producer.get(current)
+            inputs = [i for i in node.input if i and i not in self._constants] \
+                if node is not None and node.op_type in _FOLDABLE else []
+            if inputs and current not in visiting:
+                visiting.add(current)
+                pending.extend(inputs)
+                continue
+            pending.pop()
+            if current in self.initializers:
+                self._constants[current] = (self.initializers[current], current)
+            elif node is None or inputs:   # a graph input, or a cycle (invalid ONNX anyway): not constant
+                self._constants[current] = None
+            else:
+                self._constants[current] = self._fold(node, current)
+        return self._constants[name]
 
     def _fold(self, node, name):
         from onnx import helper, numpy_helper
@@ -508,11 +521,13 @@ class OnnxGraph:
         return None
 
     def _activation_constants(self, node) -> bool:
-        """Clip's bounds and PRelu's slope must be constants to be recorded."""
+        """Clip's bounds must be constant scalars and PRelu's slope a constant to be recorded."""
         if node.op_type == "Clip":
-            return all(self.constant(name) is not None for name in node.input[1:] if name)
+            bounds = [self.constant(name) for name in node.input[1:] if name]
+            return all(b is not None and b.size == 1 and b.dtype.kind in "fiu" for b in bounds)
         if node.op_type == "PRelu":
-            return self.constant(node.input[1]) is not None
+            slope = self.constant(node.input[1])
+            return slope is not None and slope.dtype.kind == "f"
         return True
 
     def _skip_reason(self, node, converted) -> str:
@@ -535,6 +550,9 @@ class OnnxGraph:
         if node.op_type in ACTIVATIONS:
             source = self.producer.get(node.input[0])
             after = "a graph input" if source is None else self.describe(source)
+            if not self._activation_constants(node):
+                what = "bounds are not constant scalars" if node.op_type == "Clip" else "slope is not a float constant"
+                return f"activation not recorded: its {what}"
             return f"activation after {after}, not directly after a converted layer"
         if node.domain not in ("", "ai.onnx"):
             return f"{node.op_type} of domain {node.domain!r} is not a convolution of the ONNX domain"

@@ -25,7 +25,7 @@ onnx.reference departs from the ONNX spec for ConvTranspose (onnx 1.14-1.23,
 and ``output_shape`` is applied as a crop at the end instead of deriving the pads from it; and for
 BatchNormalization opsets 9-13 with a ``momentum`` attribute (torch's exports at opset 11) it mixes the
 batch's own statistics into the running ones, where the spec (one output: inference) uses the given mean
-and variance. Every run here uses :func:`reference_ops`, which evaluates a grouped ConvTranspose as one
+and variance. Every run here uses :func:`reference_ops` (:mod:`.oracle`), which evaluates a grouped ConvTranspose as one
 ungrouped call per group, turns output_shape (and SAME auto_pad) into the pads and output_padding the
 spec gives, and computes an inference-mode BatchNormalization (one output, no training_mode) as
 ``scale·(x − mean)/sqrt(var + epsilon) + bias`` (training mode: NotImplementedError, so "not run").
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +45,10 @@ import numpy as np
 from .. import weights
 from ..metal import mpscnn_model
 from .graph import CONV_OPS, FLOAT_TYPES, ConversionError
+from .oracle import reference_ops
 
-__all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network"]
+__all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network",
+           "onnxruntime_rejection"]
 
 #: Largest accepted max|error| / max(1, max|reference|) in float32, for a layer and for a network output.
 RELATIVE_TOLERANCE = 1e-4
@@ -78,81 +81,6 @@ def tolerance_for(expected) -> float:
     expected = np.asarray(expected, np.float64)
     finite = expected[np.isfinite(expected)]
     return RELATIVE_TOLERANCE * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
-
-
-# --------------------------------------------------------------------------------------------------------
-# onnx.reference, corrected where it departs from the spec
-# --------------------------------------------------------------------------------------------------------
-
-def _spec_conv_transpose(run, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None,
-                         output_padding=None, output_shape=None, pads=None, strides=None):
-    """ConvTranspose per the ONNX spec through ``run`` (onnx.reference's ungrouped implementation)."""
-    spatial = X.ndim - 2
-    group = int(group or 1)
-    strides = list(strides or [1] * spatial)
-    dilations = list(dilations or [1] * spatial)
-    output_padding = list(output_padding or [0] * spatial)
-    kernel = W.shape[2:]
-    auto_pad = auto_pad or "NOTSET"
-    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        # total_padding = s·(in − 1) + output_padding + ((k − 1)·d + 1) − output_shape (output_shape = in·s
-        # for SAME); SAME_UPPER: begin = total // 2, otherwise begin = total − total // 2. A negative
-        # total (a larger output) adds rows at the end, as onnxruntime does.
-        target = list(output_shape)[-spatial:] if output_shape is not None else \
-            [X.shape[i + 2] * strides[i] for i in range(spatial)]
-        begins, ends = [], []
-        for i in range(spatial):
-            total = (strides[i] * (X.shape[i + 2] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
-                     - int(target[i]))
-            if total >= 0:
-                begin = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-                begins.append(begin)
-                ends.append(total - begin)
-            else:
-                begins.append(0)
-                ends.append(0)
-                output_padding[i] -= total
-        pads = begins + ends
-    elif auto_pad == "VALID" or pads is None:
-        pads = [0] * (2 * spatial)
-    arguments = dict(auto_pad="NOTSET", dilations=dilations, kernel_shape=list(kernel),
-                     output_padding=output_padding, output_shape=None, pads=list(pads), strides=strides)
-    if group == 1:
-        return run(X, W, B, group=1, **arguments)[0]
-    in_per_group, out_per_group = X.shape[1] // group, W.shape[1]
-    parts = [run(X[:, g * in_per_group:(g + 1) * in_per_group], W[g * in_per_group:(g + 1) * in_per_group],
-                 None if B is None else B[g * out_per_group:(g + 1) * out_per_group], group=1, **arguments)[0]
-             for g in range(group)]
-    return np.concatenate(parts, axis=1)
-
-
-def reference_ops() -> list:
-    """``new_ops`` for onnx.reference.ReferenceEvaluator: ConvTranspose and BatchNormalization per the
-    ONNX spec (see the module docstring)."""
-    from onnx.reference.op_run import OpRun
-    from onnx.reference.ops.op_conv_transpose import ConvTranspose as _Builtin
-
-    class ConvTranspose(_Builtin):
-        op_domain = ""
-
-        def _run(self, X, W, B=None, **attributes):
-            return (_spec_conv_transpose(super()._run, X, W, B, **attributes).astype(X.dtype),)
-
-    class BatchNormalization(OpRun):
-        op_domain = ""
-
-        def _run(self, x, scale, bias, mean, var, **attributes):
-            outputs = [name for name in self.onnx_node.output if name]
-            if len(outputs) > 1 or attributes.get("training_mode"):
-                raise NotImplementedError(f"BatchNormalization {self.onnx_node.name!r} in training mode")
-            epsilon = attributes.get("epsilon")
-            epsilon = 1e-5 if epsilon is None else epsilon
-            shape = (-1,) + (1,) * (x.ndim - 2)
-            y = (scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + epsilon)
-                 + bias.reshape(shape))
-            return (y.astype(x.dtype),)
-
-    return [ConvTranspose, BatchNormalization]
 
 
 def _converted_ops(runners, reference, substituted) -> list:
@@ -260,7 +188,12 @@ def _feeds(graph, seed):
 
 
 def _read_dat(directory, filename, shape):
-    path = Path(directory) / filename
+    """A .dat file named by the manifest: a plain file name inside ``directory`` (never a path out of it,
+    nor a symbolic link)."""
+    path = Path(directory) / str(filename)
+    if Path(str(filename)).name != filename or filename in ("", ".", "..") or path.is_symlink() \
+            or path.resolve().parent != Path(directory).resolve():
+        raise ValueError(f"the manifest names {filename!r}, which is not a file name inside {directory}")
     shape = tuple(int(v) for v in shape)
     size, expected = path.stat().st_size, 4 * int(np.prod(shape))
     if size != expected:
@@ -333,6 +266,24 @@ def _rewritten_model(model, layers):
     del copy.graph.node[:]
     copy.graph.node.extend(kept)
     return copy, [layer["name"] for layer in layers if layer["name"] not in found]
+
+
+def onnxruntime_rejection(model):
+    """Why onnxruntime refuses to load ``model`` (one line), or None: it loads it, or onnxruntime is not
+    installed. A model it refuses (an unknown opset, integer Conv weights, ...) is not a valid ONNX model
+    for any runtime, whatever onnx.reference makes of it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    try:
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:   # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+        # "[ONNXRuntimeError] : 1 : FAIL : /src/file.h:46 void f(...) The message.": the message
+        text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", _first_line(error))
+        text = re.sub(r"^/\S+:\d+ .*?\) (?=[A-Z])", "", text)
+        return f"{type(error).__name__}: {text if len(text) <= 300 else text[:297] + '...'}"
+    return None
 
 
 def _onnxruntime_outputs(model, feeds, notes):

@@ -25,17 +25,25 @@ def save_mps(directory, name, weight, bias=None):
     """
     weight_path, bias_path = _dat_paths(directory, name)
     weight_path.parent.mkdir(parents=True, exist_ok=True)   # mode 0o777 & ~umask, like mkdir -p
-    np.ascontiguousarray(weight, dtype="<f4").tofile(weight_path)
+    _write_float32(weight_path, weight)
     written = [weight_path]
     if bias is not None:
         bias = np.asarray(bias)
         if bias.ndim != 1:
             raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
-        np.ascontiguousarray(bias, dtype="<f4").tofile(bias_path)
+        _write_float32(bias_path, bias)
         written.append(bias_path)
     elif os.path.exists(bias_path):
         os.remove(bias_path)   # a stale bias from an earlier save would be loaded as this layer's
     return written
+
+
+def _write_float32(path, array):
+    """Write the array as raw little-endian float32. Through a Python file, which raises OSError on a
+    short write (a full disk, a file size limit) where ``ndarray.tofile`` may leave a short file silently."""
+    data = np.ascontiguousarray(array, dtype="<f4").reshape(-1)   # 1-D: memoryview casts any size
+    with open(path, "wb") as file:
+        file.write(memoryview(data).cast("B"))
 
 
 def load_mps(directory, name, weight_shape):

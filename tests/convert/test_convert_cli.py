@@ -284,8 +284,12 @@ def test_existing_outdir_needs_force(tmp_path, capsys):
     assert _convert(out) == 1
     assert "already exists; pass --force" in capsys.readouterr().err
     assert (out / "old.txt").read_text() == "keep me"
-    assert main(["convert", "--force", str(out)]) == 0
-    assert not (out / "old.txt").exists() and (out / "manifest.json").exists()
+    assert main(["convert", "--force", str(out)]) == 1   # old.txt is not the converter's
+    assert "holds files it did not write (old.txt)" in capsys.readouterr().err
+    (out / "old.txt").unlink()
+    assert main(["convert", "--force", str(out)]) == 0    # an empty folder
+    assert main(["convert", "--force", str(out)]) == 0    # the converter's own output
+    assert (out / "manifest.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

@@ -1,0 +1,221 @@
+"""fastdeconv convert on hostile input: every failure is one ``error:`` line with its exit code, and
+nothing is left behind or deleted that the converter did not write."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastdeconv.convert import verify_directory
+from fastdeconv.__main__ import main
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _save(path, nodes, initializers, opset=17, elem=TensorProto.FLOAT):
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info("x", elem, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], elem, [1, 2, 6, 6])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return path
+
+
+def _conv(name="conv", output="y"):
+    return helper.make_node("Conv", ["x", "w"], [output], name=name, pads=[1, 1, 1, 1])
+
+
+def _weight(dtype=np.float32):
+    return np.random.default_rng(0).standard_normal((2, 2, 3, 3)).astype(dtype)
+
+
+@pytest.fixture
+def model(tmp_path):
+    return _save(tmp_path / "m.onnx", [_conv()], {"w": _weight()})
+
+
+def _run(*args):
+    return main(["convert", *map(str, args)])
+
+
+def _one_error_line(capsys):
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith(("[", "note:", "whole"))]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def _hidden(folder):
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("."))
+
+
+# ------------------------------------------------------------------------------------- odd models
+
+def test_a_300_character_node_name_gets_a_short_file_name(tmp_path, capsys):
+    long_name = "block." * 50
+    model = _save(tmp_path / "m.onnx", [_conv(name=long_name)], {"w": _weight()})
+    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    layer = json.loads((tmp_path / "out" / "manifest.json").read_text())["layers"][0]
+    assert layer["onnx_node"] == long_name and len(layer["files"]["weight"]) < 200
+
+
+def test_400_chained_identity_nodes_resolve_without_recursion(tmp_path, capsys):
+    nodes = [helper.make_node("Identity", ["w"], ["w0"])]
+    nodes += [helper.make_node("Identity", [f"w{i}"], [f"w{i + 1}"]) for i in range(400)]
+    nodes.append(helper.make_node("Conv", ["x", "w400"], ["y"], name="conv", pads=[1, 1, 1, 1]))
+    model = _save(tmp_path / "m.onnx", nodes, {"w": _weight()})
+    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["layers"][0]["weight_source"] == "w"
+
+
+def test_clip_with_a_two_element_min_is_skipped_with_the_reason(tmp_path, capsys):
+    nodes = [_conv(output="c"), helper.make_node("Clip", ["c", "low", "high"], ["y"], name="clip")]
+    model = _save(tmp_path / "m.onnx", nodes, {"w": _weight(), "low": np.zeros(2, np.float32),
+                                               "high": np.float32(6)})
+    assert _run(model, tmp_path / "out") == 0
+    skipped = json.loads((tmp_path / "out" / "manifest.json").read_text())["skipped"]
+    assert [(s["node"], s["reason"]) for s in skipped] == \
+        [("clip", "activation not recorded: its bounds are not constant scalars")]
+
+
+@pytest.mark.parametrize("kind", ["opset999", "int64 weights"])
+def test_a_model_onnxruntime_refuses_is_reported_and_strict_fails(tmp_path, capsys, kind):
+    pytest.importorskip("onnxruntime")
+    if kind == "opset999":
+        model = _save(tmp_path / "m.onnx", [_conv()], {"w": _weight()}, opset=999)
+    else:
+        model = _save(tmp_path / "m.onnx", [_conv()], {"w": _weight(np.int64)}, elem=TensorProto.INT64)
+    assert _run("--strict", model, tmp_path / "out") == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("error: --strict: onnxruntime refuses to load") and line.endswith("nothing was written")
+    assert not (tmp_path / "out").exists()
+    assert _run(model, tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    assert "warning: onnxruntime refuses to load" in captured.err
+    assert "; onnxruntime refuses to load the model; wrote" in captured.out.splitlines()[-1]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["verification"]["onnxruntime_rejection"]
+
+
+# ------------------------------------------------------------------------------------ output folders
+
+def test_a_dangling_symlink_outdir_is_refused(tmp_path, capsys, model):
+    (tmp_path / "link").symlink_to(tmp_path / "missing")
+    assert _run(model, tmp_path / "link") == 1
+    assert "is a symbolic link (to " in _one_error_line(capsys)
+    assert (tmp_path / "link").is_symlink() and not (tmp_path / "missing").exists()
+
+
+def test_force_never_replaces_the_current_directory(tmp_path, capsys, model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _run("--force", model, ".") == 1
+    assert "which is the current directory or holds it" in _one_error_line(capsys)
+    assert _run("--force", model, "..") == 1
+    assert "which is the current directory or holds it" in _one_error_line(capsys)
+    assert model.exists()
+
+
+def test_force_never_replaces_the_model_s_folder(tmp_path, capsys, model):
+    assert _run("--force", model, tmp_path) == 1
+    assert f"which holds the model {model}" in _one_error_line(capsys)
+    assert model.exists()
+
+
+def test_force_replaces_only_what_the_converter_wrote(tmp_path, capsys, model):
+    out = tmp_path / "out"
+    assert _run(model, out) == 0
+    assert _run("--force", model, out) == 0   # its own output: replaced
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert _run("--force", model, out) == 1
+    assert "holds files it did not write (notes.txt)" in _one_error_line(capsys)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").exists()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text('{"converter": "someone else"}')
+    assert _run("--force", model, foreign) == 1
+    assert "holds files it did not write (manifest.json)" in _one_error_line(capsys)
+
+
+def test_a_killed_conversion_s_staging_folder_is_removed_by_the_next_run(tmp_path, capsys, model):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.partial-{dead.pid}-abc123"
+    stale.mkdir()
+    (stale / "conv_weight.dat").write_bytes(b"half")
+    alive = tmp_path / f".out.partial-{os.getppid()}-def456"   # a live process's: kept
+    alive.mkdir()
+    assert _run(model, tmp_path / "out") == 0
+    assert _hidden(tmp_path) == [alive.name]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)])
+def test_sigterm_and_sighup_remove_the_staging_folder(tmp_path, model, signum):
+    """The conversion is held in the whole-network check (a seam that waits for a file) while the
+    signal arrives; the process exits 128 + signal and leaves nothing beside OUTDIR."""
+    script = textwrap.dedent(f"""
+        import pathlib, sys, time
+        from fastdeconv.convert import converter
+        def waiting(graph, manifest, directory):
+            pathlib.Path({str(tmp_path / 'ready')!r}).write_text("")
+            time.sleep(60)
+        converter._verify_network = waiting
+        sys.exit(converter.main([{str(model)!r}, {str(tmp_path / 'out')!r}]))
+    """)
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stderr=subprocess.PIPE)
+    for _ in range(600):
+        if (tmp_path / "ready").exists() or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert (tmp_path / "ready").exists(), process.communicate()[1]
+    assert [name for name in _hidden(tmp_path) if name.startswith(".out.partial-")]
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, err
+    assert _hidden(tmp_path) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_failed_write_is_one_error_line_and_leaves_nothing(tmp_path, model):
+    """A file size limit (as a full disk would) makes the weight file's write fail."""
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        from fastdeconv.__main__ import main
+        sys.exit(main(["convert", {str(model)!r}, {str(tmp_path / 'out')!r}]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith(("error", "Traceback"))]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr
+    assert "File too large" in errors[0] and errors[0].endswith(f"nothing was written to {tmp_path / 'out'}")
+    assert _hidden(tmp_path) == [] and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------- verify_directory
+
+@pytest.mark.parametrize("name", ["../outside.dat", "/etc/hostname", "link.dat"])
+def test_verify_directory_refuses_files_outside_its_folder(tmp_path, model, capsys, name):
+    out = tmp_path / "out"
+    assert _run(model, out) == 0
+    (tmp_path / "outside.dat").write_bytes((out / "conv_weight.dat").read_bytes())
+    (out / "link.dat").symlink_to(tmp_path / "outside.dat")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["layers"][0]["files"]["weight"] = name
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    check = verify_directory(model, out)
+    assert check.status == "failed"
+    assert f"the manifest names {name!r}, which is not a file name inside {out}" in check.reason
