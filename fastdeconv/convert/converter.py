@@ -461,10 +461,10 @@ def _chmod_as_umask_allows(directory: Path):
     os.chmod(directory, 0o777 & ~umask)
 
 
-def _staging_prefix(outdir: Path, role: str, pid: int | None = None) -> str:
+def _staging_prefix(outdir: Path, role: str) -> str:
     """The name prefix of the hidden folders beside OUTDIR: ".OUTDIR.partial-PID-" (being written) and
     ".OUTDIR.old-PID-" (the replaced OUTDIR, being deleted); the PID tells a dead writer's from a live one's."""
-    return f".{outdir.name}.{role}-{os.getpid() if pid is None else pid}-"
+    return f".{outdir.name}.{role}-{os.getpid()}-"
 
 
 def _remove_stale_staging(outdir: Path):
@@ -479,7 +479,9 @@ def _remove_stale_staging(outdir: Path):
 
 
 def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
+    """False only when no process ``pid`` runs. On Windows always True: there os.kill(pid, 0) would
+    terminate the process, so a stale folder is left for the user."""
+    if pid == os.getpid() or os.name == "nt":
         return True
     try:
         os.kill(pid, 0)

@@ -148,6 +148,7 @@ def test_force_replaces_only_what_the_converter_wrote(tmp_path, capsys, model):
     assert "holds files it did not write (manifest.json)" in _one_error_line(capsys)
 
 
+@pytest.mark.skipif(os.name == "nt", reason="a stale folder is left on Windows (os.kill would end the process)")
 def test_a_killed_conversion_s_staging_folder_is_removed_by_the_next_run(tmp_path, capsys, model):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
