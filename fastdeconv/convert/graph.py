@@ -107,6 +107,66 @@ def _checked_input_shapes(input_shapes, declared, path) -> dict:
     return checked
 
 
+def _external_tensors(model):
+    """Every TensorProto of the model stored as external data: initializers, and Constant (and other)
+    attributes, subgraphs included."""
+    from onnx import TensorProto
+
+    graphs, found = [model.graph], []
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer)
+        for node in graph.node:
+            for attribute in node.attribute:
+                tensors += [attribute.t] if attribute.HasField("t") else []
+                tensors += list(attribute.tensors)
+                graphs += ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+        found += [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
+    return found
+
+
+def _check_external_data(model, path):
+    """Refuse external data that onnx would read from outside the model's folder (an absolute or ``..``
+    location, a symbolic link anywhere on the way, a file with several hard links) or past a file's end,
+    or whose length does not match the tensor's shape and type: before onnx reads any of it."""
+    from onnx import helper
+
+    folder = path.resolve().parent
+    for tensor in _external_tensors(model):
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        where = f"{path}: tensor {tensor.name!r} stores its data in {location!r}"
+        relative = Path(location)
+        if not location or relative.is_absolute() or ".." in relative.parts or relative.drive:
+            raise ConversionError(f"{where}, which is not a file name inside the model's folder {folder}")
+        step = folder
+        for part in relative.parts:
+            step = step / part
+            if step.is_symlink():
+                raise ConversionError(f"{where}, and {step} is a symbolic link; only files inside the model's "
+                                      "folder are read")
+        target = step
+        if not target.is_file():
+            raise ConversionError(f"{where}, which is not a file in {folder}")
+        status = target.stat()
+        if status.st_nlink > 1:
+            raise ConversionError(f"{where}, which has {status.st_nlink} hard links; only a file of its own is read")
+        try:
+            offset = int(info.get("offset", 0))
+            length = None if info.get("length") is None else int(info["length"])
+            itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        except (ValueError, TypeError, KeyError):
+            raise ConversionError(f"{where} with offset {info.get('offset')!r}, length {info.get('length')!r} and "
+                                  f"data type {tensor.data_type}, which cannot be read") from None
+        needed = itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64))
+        if length is not None and length != needed:
+            raise ConversionError(f"{where} with length {length}, but its shape {list(tensor.dims)} needs {needed} "
+                                  "bytes")
+        if offset < 0 or offset + needed > status.st_size:
+            raise ConversionError(f"{where} at offset {offset}: {needed} bytes needed, the file has "
+                                  f"{status.st_size}")
+
+
 def _inferred(model, fixed):
     """The model shape-inferred (strict, with data propagation), with the graph inputs of ``fixed``
     given those shapes (None keeps a dimension symbolic)."""
@@ -222,9 +282,14 @@ class OnnxGraph:
         if not path.is_file():
             raise ConversionError(f"model file {path} does not exist")
         try:
-            model = onnx.load(str(path))
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as error:  # onnx raises DecodeError, ...
+            raise ConversionError(f"cannot read {path} as an ONNX model: {_error_text(error)}") from None
+        _check_external_data(model, path)
+        try:
+            onnx.load_external_data_for_model(model, str(path.parent))
             onnx.checker.check_model(model)
-        except Exception as error:  # onnx raises DecodeError, ValidationError, InferenceError, ...
+        except Exception as error:  # onnx raises ValidationError, InferenceError, OSError, ...
             raise ConversionError(f"cannot read {path} as an ONNX model: {_error_text(error)}") from None
         inputs = {i.name: i for i in model.graph.input
                   if i.name not in {t.name for t in model.graph.initializer}}

@@ -175,7 +175,7 @@ def _paddle_style_model(path, rng):
     weights = {"w1": _f32(rng, 8, 3, 3, 3), "b1": _f32(rng, 1, 8, 1, 1), "w2": _f32(rng, 8, 8, 1, 1),
                "b2": _f32(rng, 8), "w3": _f32(rng, 8, 8, 3, 3), "b3": _f32(rng, 1, 8, 1, 1),
                "w4": _f32(rng, 16, 2, 2, 2), "b4": _f32(rng, 1, 2, 1, 1), "clip_min": np.float32(0),
-               "clip_max": np.float32(6), "roi": np.zeros(0, np.float32),
+               "clip_max": np.float32(6), "roi": np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32),
                "scales": np.array([1, 1, 2, 2], np.float32), **bn}
     nodes = [_constant(name, value) for name, value in weights.items()] + [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv2d_0", strides=[2, 2], pads=[1, 1, 1, 1]),

@@ -220,3 +220,75 @@ def test_verify_directory_refuses_files_outside_its_folder(tmp_path, model, caps
     check = verify_directory(model, out)
     assert check.status == "failed"
     assert f"the manifest names {name!r}, which is not a file name inside {out}" in check.reason
+
+
+# ------------------------------------------------------------------------------------- external data
+
+def _external_model(folder, location="weights.bin", offset=0, length=None, data=None):
+    """A one-conv model whose weight is stored as external data at ``location``."""
+    from onnx.external_data_helper import set_external_data
+
+    folder.mkdir(exist_ok=True)
+    weight = numpy_helper.from_array(_weight(), "w")
+    payload = _weight().tobytes() if data is None else data
+    if location == "weights.bin":
+        (folder / "weights.bin").write_bytes(payload)
+    set_external_data(weight, location=location, offset=offset, length=length)
+    weight.ClearField("raw_data")
+    graph = helper.make_graph(
+        [_conv()], "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(folder / "m.onnx"))
+    return folder / "m.onnx"
+
+
+def test_external_data_inside_the_folder_converts(tmp_path, capsys):
+    model = _external_model(tmp_path / "model")
+    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    saved = np.fromfile(tmp_path / "out" / "conv_weight.dat", "<f4")
+    assert np.array_equal(saved, _weight().transpose(0, 2, 3, 1).ravel())
+
+
+@pytest.mark.parametrize("case, message", [
+    ("symlink", "is a symbolic link; only files inside the model's folder are read"),
+    ("symlinked folder", "is a symbolic link; only files inside the model's folder are read"),
+    ("dotdot", "which is not a file name inside the model's folder"),
+    ("absolute", "which is not a file name inside the model's folder"),
+    ("hard link", "which has 2 hard links"),
+    ("short file", "144 bytes needed, the file has 100"),
+    ("wrong length", "with length 100, but its shape [2, 2, 3, 3] needs 144 bytes"),
+    ("past the end", "at offset 64: 144 bytes needed, the file has 144"),
+])
+def test_external_data_outside_the_folder_or_the_file_is_refused(tmp_path, capsys, case, message):
+    """A model must not read a file it was not shipped with (a secret beside it, /etc/passwd through a
+    link) into the weights, nor read past a file's end."""
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(_weight().tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    arguments = {}
+    if case == "symlink":
+        (folder / "link.bin").symlink_to(secret)
+        arguments["location"] = "link.bin"
+    elif case == "symlinked folder":
+        (folder / "sub").symlink_to(tmp_path)
+        arguments["location"] = "sub/secret.bin"
+    elif case == "dotdot":
+        arguments["location"] = "../secret.bin"
+    elif case == "absolute":
+        arguments["location"] = str(secret)
+    elif case == "hard link":
+        os.link(secret, folder / "linked.bin")
+        arguments["location"] = "linked.bin"
+    elif case == "short file":
+        arguments["data"] = b"\0" * 100
+    elif case == "wrong length":
+        arguments["length"] = 100
+    else:
+        arguments["offset"] = 64
+    model = _external_model(folder, **arguments)
+    assert _run(model, tmp_path / "out") == 1
+    line = _one_error_line(capsys)
+    assert message in line and "tensor 'w' stores its data in" in line, line
+    assert not (tmp_path / "out").exists()
