@@ -129,12 +129,12 @@ why and the per-layer checks decide.
 
 
 def _add_convert(commands):
-    from .convert.converter import DEFAULT_MODEL, EXIT_CODES
+    from .convert.converter import DEFAULT_MODEL, DEFAULT_VERIFY_ELEMENTS, EXIT_CODES
 
     convert = commands.add_parser(
         "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
         usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
-              "[--input-shape NAME:N,C,H,W ...] [MODEL.onnx] OUTDIR",
+              "[--input-shape NAME:N,C,H,W ...] [--max-verify-elements N] [MODEL.onnx] OUTDIR",
         description=_CONVERT_DESCRIPTION, epilog=_CONVERT_EPILOG.format(exit_codes=EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # One list: argparse cannot express an optional positional before a required one.
@@ -154,6 +154,11 @@ def _add_convert(commands):
                               "dimensions (repeat for several inputs); without it a symbolic height and width "
                               "are fixed at the first square size from 64 up that shape inference accepts "
                               "(fastdeconv.convert.graph.DEFAULT_SIZES). The weights do not depend on it")
+    convert.add_argument("--max-verify-elements", type=_positive(int, "--max-verify-elements"),
+                         default=DEFAULT_VERIFY_ELEMENTS, metavar="N",
+                         help=f"the most elements any tensor of the checks may have (default "
+                              f"{DEFAULT_VERIFY_ELEMENTS:,}, 16 MiB of float32): a layer over it is verified on a "
+                              "smaller input, and the whole network is not run")
 
 
 def main(argv=None, prog="fastdeconv") -> int:
@@ -183,7 +188,7 @@ def main(argv=None, prog="fastdeconv") -> int:
     from .convert.converter import main as convert_main
 
     return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model,
-                        input_shapes=args.input_shape)
+                        input_shapes=args.input_shape, max_verify_elements=args.max_verify_elements)
 
 
 def _dask_demo(argv, prog) -> int:

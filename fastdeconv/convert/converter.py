@@ -65,13 +65,22 @@ import numpy as np
 from .. import _params, weights
 from .._version import __version__
 from ..metal import mpscnn_model
-from .graph import ACTIVATIONS, CONV_OPS, Chain, ConversionError, OnnxGraph, parse_input_shape
+from .graph import (
+    ACTIVATIONS,
+    CONV_OPS,
+    DEFAULT_VERIFY_ELEMENTS,
+    Chain,
+    ConversionError,
+    OnnxGraph,
+    parse_input_shape,
+)
 from .verify import (
     RELATIVE_TOLERANCE,  # noqa: F401 - fastdeconv.convert.RELATIVE_TOLERANCE
     NetworkCheck,
     layer_runner,
     max_error,
     onnxruntime_rejection,
+    oversized_reason,
     reference_ops,
     tolerance_for,
     verify_directory,
@@ -187,7 +196,7 @@ def _network_setting(verify_model):
 # --------------------------------------------------------------------------------------------------------
 
 def main(paths: list[str], force: bool = False, strict: bool = False, verify_model: bool | None = None,
-         input_shapes: list[str] | None = None) -> int:
+         input_shapes: list[str] | None = None, max_verify_elements: int = DEFAULT_VERIFY_ELEMENTS) -> int:
     """``fastdeconv convert [--force] [--strict] [--[no-]verify-model] [--input-shape NAME:N,C,H,W ...]
     [MODEL.onnx] OUTDIR``; returns the exit code (see :data:`EXIT_CODES`)."""
     try:
@@ -219,7 +228,7 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
     try:
         with _signals_raise_system_exit():
             result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
-                             progress=sys.stderr, input_shapes=shapes)
+                             progress=sys.stderr, input_shapes=shapes, max_verify_elements=max_verify_elements)
     except StrictModeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -297,14 +306,16 @@ def format_table(results) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 def convert(model_path, outdir, *, force: bool = False, strict: bool = False, verify_model: bool | None = None,
-            progress=None, input_shapes: dict | None = None) -> Conversion:
+            progress=None, input_shapes: dict | None = None,
+            max_verify_elements: int = DEFAULT_VERIFY_ELEMENTS) -> Conversion:
     """Convert and verify every conv layer of ``model_path`` into ``outdir``; see the module docstring.
 
     ``verify_model``: None runs the whole-network check when onnx.reference can run the model (else a
     note, and the per-layer checks decide); True requires it (ConversionError when it cannot run);
     False skips it. ``input_shapes`` ({graph input: (N, C, H, W)}) fixes symbolic input sizes; a symbolic
     height and width not given is verified at a default size (:meth:`OnnxGraph.load`). Returns a
-    :class:`Conversion`; OUTDIR is created (or, with ``force``, replaced) only
+    :class:`Conversion`; ``max_verify_elements`` bounds every tensor of the checks (a layer over it is
+    verified on a smaller input, the whole network is not run). OUTDIR is created (or, with ``force``, replaced) only
     if everything matches. Raises :class:`ConversionError` for bad input and :class:`StrictModeError`
     when ``strict`` and a node would be skipped.
     """
@@ -345,7 +356,11 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
             name = _unique_name(chain.conv.name or f"{chain.conv.op_type.lower()}{index}", names)
             _log(progress, f"[{index}/{len(chains)}] {name} ({chain.conv.op_type}"
                            f"{''.join(' + ' + n.op_type for n in chain.folded)}): converting and verifying")
-            result = _convert_layer(graph, chain, name, staging, seed=index)
+            result = _convert_layer(graph, chain, name, staging, seed=index, max_elements=max_verify_elements)
+            if result.manifest["verified_input_hw"] != list(result.input_shape[1:3]):
+                _log(progress, f"note: {name} is verified on a {_shape_text(result.manifest['verified_input_hw'])} "
+                               f"input, not its {_shape_text(result.input_shape[1:3])}: its input or output would "
+                               f"have more than {max_verify_elements:,} elements (--max-verify-elements)")
             _log(progress, f"[{index}/{len(chains)}] {name}: max error {result.error_fastdeconv:.2e} (fastdeconv), "
                            f"{'n/a' if result.error_mpscnn is None else f'{result.error_mpscnn:.2e}'} (MPSCNN model)"
                            f" -> {'ok' if result.ok else 'MISMATCH'}")
@@ -375,8 +390,12 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
         if verify_model is not False:
             _log(progress, "whole network: running it with the layers read back from the written files")
             # read back from the staging directory: what the app will load, not what is in memory
-            conversion.network = _verify_network(graph, json.loads((staging / "manifest.json").read_text()),
-                                                 staging)
+            too_large = oversized_reason(graph, max_verify_elements)
+            if too_large is not None:
+                conversion.network = NetworkCheck("not run", reason=too_large, seed=NETWORK_SEED)
+            else:
+                conversion.network = _verify_network(graph, json.loads((staging / "manifest.json").read_text()),
+                                                     staging)
             _log(progress, f"whole network: {conversion.network.status} ({conversion.network.seconds:.1f} s)")
             if conversion.network.status == "not run" and verify_model:
                 raise ConversionError(f"--verify-model: {conversion.network.reason}")
@@ -637,14 +656,15 @@ class _Layer:
         return "conv_transpose2d" if self.transposed else "conv2d"
 
 
-def _convert_layer(graph, chain, name, directory, seed) -> LayerResult:
+def _convert_layer(graph, chain, name, directory, seed, max_elements) -> LayerResult:
     """Resolve and fold one chain, write its files into ``directory`` and verify them."""
     layer = _resolve_layer(graph, chain, name)
     files = _write_files(layer, directory)
-    errors = _verify(graph, layer, directory, files, seed)
+    *errors, verified_hw = _verify(graph, layer, directory, files, seed, max_elements)
     g = layer.geometry
-    return LayerResult(name, layer.kind, g.input_shape, g.output_shape, tuple(layer.weight.shape), *errors,
-                       _manifest_entry(graph, layer, files, *errors))
+    entry = _manifest_entry(graph, layer, files, *errors)
+    entry["verified_input_hw"] = list(verified_hw)
+    return LayerResult(name, layer.kind, g.input_shape, g.output_shape, tuple(layer.weight.shape), *errors, entry)
 
 
 def _resolve_layer(graph, chain, name) -> _Layer:
@@ -747,31 +767,63 @@ def _file_shapes(layer, files) -> dict:
     return shapes
 
 
-def _verify(graph, layer, directory, files, seed):
-    """(max error of fastdeconv, of the MPSCNN model or None, tolerance) on one random input.
+def _verify(graph, layer, directory, files, seed, max_elements):
+    """(max error of fastdeconv, of the MPSCNN model or None, tolerance, the input (H, W) used) on one
+    random input, of the layer's own size or, over ``max_elements``, a smaller one
+    (:func:`_verification_geometry`).
 
     Both run on the files as written, against onnx's reference evaluator on the original node(s).
     """
-    g = layer.geometry
+    g = _verification_geometry(graph, layer, max_elements)
+    settings = layer.mpscnn_settings
+    if settings is not None and g is not layer.geometry:
+        settings = _mpscnn_settings(g, layer.arguments)[0]
+    shrunk = tuple(full - used for full, used in zip(layer.geometry.input_hw, g.input_hw))
     x_nchw = np.random.default_rng(seed).standard_normal((1, g.in_channels, *g.input_hw)).astype(np.float32)
-    expected = _onnx_reference(graph, layer.chain, x_nchw).transpose(0, 2, 3, 1).astype(np.float64)
+    expected = _onnx_reference(graph, layer.chain, x_nchw, shrunk).transpose(0, 2, 3, 1).astype(np.float64)
     x = np.ascontiguousarray(x_nchw.transpose(0, 2, 3, 1))
     saved_weight, saved_bias = weights.load_mps(directory, layer.name, layer.weight.shape)
     run = layer_runner(layer.transposed, saved_weight, saved_bias, layer.arguments)
     error_fastdeconv = max_error(run(x), expected)
     error_mpscnn = None
-    if layer.mpscnn_settings is not None:
-        error_mpscnn = max_error(_run_mpscnn_model(layer, directory, files, x, saved_weight, saved_bias), expected)
-    return error_fastdeconv, error_mpscnn, tolerance_for(expected)
+    if settings is not None:
+        error_mpscnn = max_error(_run_mpscnn_model(layer, settings, directory, x, saved_weight, saved_bias),
+                                 expected)
+    return error_fastdeconv, error_mpscnn, tolerance_for(expected), g.input_hw
 
 
-def _run_mpscnn_model(layer, directory, files, x, saved_weight, saved_bias) -> np.ndarray:
-    """The MPSCNN numpy model with the weight MPSCNN is given: NAME_mpscnn_weight.dat for the transpose,
-    the layer's own (OHWI) weight for the convolution."""
+def _verification_geometry(graph, layer, max_elements):
+    """The layer's geometry, or, when its input or output has more than ``max_elements`` elements, the
+    same layer on a smaller input: the larger axis halved, in whole strides for a convolution (so SAME
+    padding stays the same) and whole input pixels for a transposed one (output_shape is shrunk to
+    match), until it fits or cannot shrink further."""
+    def elements(geometry):
+        return max(int(np.prod(geometry.input_shape, dtype=np.float64)),
+                   int(np.prod(geometry.output_shape, dtype=np.float64)))
+
+    g = layer.geometry
+    units = (1, 1) if g.transposed else g.stride
+    stuck = set()
+    while elements(g) > max_elements and len(stuck) < 2:
+        axis = max((a for a in (0, 1) if a not in stuck), key=lambda a: g.input_hw[a])
+        hw = list(g.input_hw)
+        hw[axis] -= max(units[axis], (hw[axis] // units[axis] // 2) * units[axis])
+        try:
+            if hw[axis] < 1:
+                raise ConversionError("no smaller size")
+            g = _geometry(graph, layer.chain.conv, (1, *hw, g.in_channels), layer.weight.shape, layer.arguments)
+        except ConversionError:
+            stuck.add(axis)
+    return g
+
+
+def _run_mpscnn_model(layer, settings, directory, x, saved_weight, saved_bias) -> np.ndarray:
+    """The MPSCNN numpy model with the weight MPSCNN is given (NAME_mpscnn_weight.dat for the transpose,
+    the layer's own (OHWI) weight for the convolution) and ``settings`` for x's size."""
     if not layer.transposed:
-        return mpscnn_model.convolution(x, saved_weight, layer.mpscnn_settings, saved_bias)
+        return mpscnn_model.convolution(x, saved_weight, settings, saved_bias)
     mps_weight, _ = weights.load_mps(directory, _mpscnn_name(layer.name), _mpscnn_weight_shape(layer.geometry))
-    return mpscnn_model.convolution_transpose(x, mps_weight, layer.mpscnn_settings, saved_bias)
+    return mpscnn_model.convolution_transpose(x, mps_weight, settings, saved_bias)
 
 
 def _manifest_entry(graph, layer, files, error_fastdeconv, error_mpscnn, tolerance) -> dict:
@@ -856,7 +908,7 @@ def _batchnorm_parameters(graph, node):
 # The ONNX side of the per-layer verification
 # --------------------------------------------------------------------------------------------------------
 
-def _onnx_reference(graph, chain, x_nchw) -> np.ndarray:
+def _onnx_reference(graph, chain, x_nchw, shrunk=(0, 0)) -> np.ndarray:
     """Run the original Conv/ConvTranspose node and the nodes folded into it in a tiny model through
     onnx.reference.ReferenceEvaluator, with ConvTranspose per the ONNX spec
     (:func:`fastdeconv.convert.verify.reference_ops`)."""
@@ -873,7 +925,12 @@ def _onnx_reference(graph, chain, x_nchw) -> np.ndarray:
     inputs = ["x", constant("W", node.input[1])]
     if len(node.input) > 2 and node.input[2]:
         inputs.append(constant("B", node.input[2]))
-    nodes = [helper.make_node(node.op_type, inputs, ["conv"], **graph.attributes(node))]
+    attributes = graph.attributes(node)
+    if "output_shape" in attributes and any(shrunk):   # verified on an input smaller by ``shrunk``
+        stride = list(attributes.get("strides", [1, 1]))
+        attributes["output_shape"] = [v - s * d for v, s, d in zip(list(attributes["output_shape"])[-2:], stride,
+                                                                   shrunk)]
+    nodes = [helper.make_node(node.op_type, inputs, ["conv"], **attributes)]
     result = "conv"
     for index, folded in enumerate(chain.folded):
         previous, result = result, f"folded{index}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["ConversionError", "OnnxGraph", "Chain", "Skipped", "ACTIVATIONS", "CONV_OPS", "DEFAULT_SIZES",
-           "parse_input_shape"]
+           "DEFAULT_VERIFY_ELEMENTS", "parse_input_shape"]
 
 #: Activations recorded after a conv (+ BN): ONNX op -> attribute defaults (ONNX Operators.md).
 ACTIVATIONS = {
@@ -57,6 +57,10 @@ def _declared_shape(info):
                  for d in tensor_type.shape.dim)
 
 
+#: The most elements any one tensor of a verification run may have (16 MiB of float32; onnx.reference's
+#: Conv makes a copy of its input per kernel tap): over it, a layer is verified at a smaller input size and
+#: the whole network is not run (``max_verify_elements``).
+DEFAULT_VERIFY_ELEMENTS = 2 ** 22
 #: ONNX element types fed as random floats: TensorProto.FLOAT, FLOAT16, DOUBLE.
 FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}
 
@@ -327,6 +331,16 @@ class OnnxGraph:
             f"symbolic height and width of {listing} (at {DEFAULT_SIZES[0]}: {_error_text(first_error)}); "
             f"give the size with --input-shape NAME:N,C,H,W (input_shapes= in Python)")
 
+    def oversized(self, max_elements):
+        """(tensor, elements) of the first tensor with a known shape of more than ``max_elements``
+        elements (a symbolic batch counted as 1), or None: a run of the whole model would allocate it."""
+        for name, shape in self.shapes.items():
+            if shape and all(v is not None for v in shape[1:]):
+                elements = int(np.prod([1 if v is None else v for v in shape], dtype=np.float64))
+                if elements > max_elements:
+                    return name, elements
+        return None
+
     def _shapes_from_a_run(self):
         """Shapes of the conv inputs that shape inference leaves unknown (a Reshape to a shape computed
         from Shape nodes, as transformer blocks write it), from one run of the model in onnx.reference
@@ -336,7 +350,7 @@ class OnnxGraph:
 
         unknown = [node.input[0] for node in self.graph.node if node.op_type in CONV_OPS
                    and node.domain in ("", "ai.onnx") and not _static_image(self.shapes.get(node.input[0]))]
-        if not unknown:
+        if not unknown or self.oversized(DEFAULT_VERIFY_ELEMENTS) is not None:
             return
         rng, feeds = np.random.default_rng(0), {}
         for info in self.graph_inputs:

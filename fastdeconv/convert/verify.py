@@ -44,11 +44,11 @@ import numpy as np
 
 from .. import weights
 from ..metal import mpscnn_model
-from .graph import CONV_OPS, FLOAT_TYPES, ConversionError
+from .graph import CONV_OPS, DEFAULT_VERIFY_ELEMENTS, FLOAT_TYPES, ConversionError
 from .oracle import reference_ops
 
 __all__ = ["RELATIVE_TOLERANCE", "layer_runner", "reference_ops", "max_error", "NetworkCheck", "verify_network",
-           "onnxruntime_rejection"]
+           "onnxruntime_rejection", "oversized_reason"]
 
 #: Largest accepted max|error| / max(1, max|reference|) in float32, for a layer and for a network output.
 RELATIVE_TOLERANCE = 1e-4
@@ -302,12 +302,23 @@ def _onnxruntime_outputs(model, feeds, notes):
         return None
 
 
-def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> NetworkCheck:
+def oversized_reason(graph, max_elements):
+    """Why the whole network is too large to run for verification, or None."""
+    found = graph.oversized(max_elements)
+    if found is None:
+        return None
+    return (f"tensor {found[0]!r} would have {found[1]:,} elements, over the verification budget of "
+            f"{max_elements:,} (--max-verify-elements)")
+
+
+def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True,
+                   max_elements=DEFAULT_VERIFY_ELEMENTS) -> NetworkCheck:
     """Run the whole network with the layers read back from ``directory`` (see the module docstring).
 
     ``graph`` is the model's :class:`fastdeconv.convert.graph.OnnxGraph`, ``manifest`` the parsed
     manifest.json of ``directory``. Returns a :class:`NetworkCheck`; status "not run" when onnx.reference
-    cannot run the model (never raises for that).
+    cannot run the model or a tensor would have more than ``max_elements`` elements (never raises for
+    that).
     """
     from onnx.reference import ReferenceEvaluator
 
@@ -315,6 +326,9 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
     check = NetworkCheck("not run", seed=seed)
     reference_fix = reference_ops()
     try:
+        too_large = oversized_reason(graph, max_elements)
+        if too_large is not None:
+            raise _NotRunnable(too_large)
         feeds = _feeds(graph, seed)
         check.inputs = {name: value.shape for name, value in feeds.items()}
         try:
@@ -374,7 +388,8 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True) -> Networ
     return check
 
 
-def verify_directory(model_path, directory, *, seed=0, mpscnn=True) -> NetworkCheck:
+def verify_directory(model_path, directory, *, seed=0, mpscnn=True,
+                     max_elements=DEFAULT_VERIFY_ELEMENTS) -> NetworkCheck:
     """:func:`verify_network` on a converted output directory (its manifest.json and .dat files)."""
     from .graph import OnnxGraph
 
@@ -388,7 +403,7 @@ def verify_directory(model_path, directory, *, seed=0, mpscnn=True) -> NetworkCh
               for entry in manifest.get("graph_inputs", [])
               if entry.get("shape_source", "model") != "model" and entry.get("shape") is not None}
     graph = OnnxGraph.load(model_path, shapes)
-    return verify_network(graph, manifest, directory, seed=seed, mpscnn=mpscnn)
+    return verify_network(graph, manifest, directory, seed=seed, mpscnn=mpscnn, max_elements=max_elements)
 
 
 def _first_line(error) -> str:

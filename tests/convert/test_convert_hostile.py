@@ -292,3 +292,70 @@ def test_external_data_outside_the_folder_or_the_file_is_refused(tmp_path, capsy
     line = _one_error_line(capsys)
     assert message in line and "tensor 'w' stores its data in" in line, line
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------- verification budget
+
+def _layer_model(path, node, weight, input_shape, output_shape):
+    graph = helper.make_graph(
+        [node], "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape or ["n", "c", "h", "w"])],
+        [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_huge_declared_input_is_verified_small_and_the_network_not_run(tmp_path, capsys):
+    """(1, 4, 30000, 30000) would need 14 GB of float32 per tensor: the layer is verified on a smaller
+    input and the whole network is not run, with the budget named."""
+    weight = np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 4, 30000, 30000], [1, 4, 30000, 30000])
+    out = tmp_path / "out"
+    assert _run(model, out) == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "note: conv is verified on a " in captured.err and "--max-verify-elements" in captured.err
+    manifest = json.loads((out / "manifest.json").read_text())
+    layer = manifest["layers"][0]
+    assert layer["input_shape_nhwc"] == [1, 30000, 30000, 4]
+    assert 4 * layer["verified_input_hw"][0] * layer["verified_input_hw"][1] <= 2 ** 22
+    network = manifest["verification"]["network"]
+    assert network["status"] == "not run" and "over the verification budget of 4,194,304" in network["reason"]
+    assert _run("--force", "--verify-model", model, out) == 1
+    assert "--verify-model: tensor 'x' would have 3,600,000,000 elements" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("attributes", [
+    {"strides": [2, 2], "output_shape": [37, 41]},
+    {"strides": [2, 3], "auto_pad": "SAME_UPPER"},
+    {"strides": [3, 2], "pads": [1, 0, 2, 1], "output_padding": [1, 1]},
+])
+def test_conv_transpose_verified_on_a_smaller_input_keeps_its_crop(tmp_path, capsys, attributes):
+    weight = np.random.default_rng(2).standard_normal((2, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", **attributes)
+    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 2, 19, 21], None)
+    out = tmp_path / "out"
+    assert _run("--max-verify-elements", "400", model, out) == 0, capsys.readouterr().err
+    layer = json.loads((out / "manifest.json").read_text())["layers"][0]
+    assert layer["verified_input_hw"] != [19, 21] and layer["max_error"]["fastdeconv"] <= layer["max_error"]["tolerance"]
+
+
+@pytest.mark.parametrize("attributes", [{"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+                                        {"strides": [3, 1], "auto_pad": "SAME_LOWER", "dilations": [2, 2]},
+                                        {"strides": [2, 2], "pads": [0, 1, 2, 0]}])
+def test_conv_verified_on_a_smaller_input_keeps_its_padding(tmp_path, capsys, attributes):
+    weight = np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="down", **attributes)
+    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 2, 31, 27], None)
+    out = tmp_path / "out"
+    assert _run("--max-verify-elements", "300", model, out) == 0, capsys.readouterr().err
+    layer = json.loads((out / "manifest.json").read_text())["layers"][0]
+    assert layer["verified_input_hw"] != [31, 27] and layer["max_error"]["fastdeconv"] <= layer["max_error"]["tolerance"]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many"])
+def test_max_verify_elements_must_be_a_positive_integer(tmp_path, model, capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        _run("--max-verify-elements", value, model, tmp_path / "out")
+    assert exit_info.value.code == 2
+    assert f"--max-verify-elements must be a whole number > 0, got {value!r}" in capsys.readouterr().err
