@@ -1,5 +1,6 @@
-"""onnx.reference, corrected where it departs from the ONNX spec (see :mod:`.verify`): ConvTranspose
-(groups, output_shape, SAME auto_pad) and inference-mode BatchNormalization. Used by the graph reader
+"""onnx.reference, corrected where it departs from the ONNX spec (see :mod:`.verify`): Conv (SAME
+auto_pad on odd sizes), ConvTranspose (groups, output_shape, SAME auto_pad) and inference-mode
+BatchNormalization. Used by the graph reader
 (shapes inference cannot find) and by the verification; it imports neither."""
 
 from __future__ import annotations
@@ -51,11 +52,40 @@ def _spec_conv_transpose(run, X, W, B=None, auto_pad=None, dilations=None, group
     return np.concatenate(parts, axis=1)
 
 
+def _same_pads(X, W, auto_pad, dilations, strides) -> list:
+    """Conv's SAME_UPPER / SAME_LOWER pads per the spec: out = ceil(in / s), total = max((out − 1)·s +
+    (k − 1)·d + 1 − in, 0); SAME_UPPER puts the odd one at the end. (onnx.reference 1.21 gets odd sizes
+    wrong: a 27-wide input with stride 2 gives 13 columns, not 14.)"""
+    spatial = X.ndim - 2
+    strides = list(strides or [1] * spatial)
+    dilations = list(dilations or [1] * spatial)
+    begins, ends = [], []
+    for i in range(spatial):
+        size = X.shape[i + 2]
+        out = -(-size // strides[i])
+        total = max((out - 1) * strides[i] + (W.shape[i + 2] - 1) * dilations[i] + 1 - size, 0)
+        begin = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begins.append(begin)
+        ends.append(total - begin)
+    return begins + ends
+
+
 def reference_ops() -> list:
-    """``new_ops`` for onnx.reference.ReferenceEvaluator: ConvTranspose and BatchNormalization per the
-    ONNX spec (see the module docstring)."""
+    """``new_ops`` for onnx.reference.ReferenceEvaluator: Conv (SAME padding), ConvTranspose and
+    BatchNormalization per the ONNX spec (see the module docstring), in that order."""
     from onnx.reference.op_run import OpRun
+    from onnx.reference.ops.op_conv import Conv as _BuiltinConv
     from onnx.reference.ops.op_conv_transpose import ConvTranspose as _Builtin
+
+    class Conv(_BuiltinConv):
+        op_domain = ""
+
+        def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None, pads=None,
+                 strides=None):
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                pads, auto_pad = _same_pads(X, W, auto_pad, dilations, strides), "NOTSET"
+            return super()._run(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                                kernel_shape=kernel_shape, pads=pads, strides=strides)
 
     class ConvTranspose(_Builtin):
         op_domain = ""
@@ -77,4 +107,4 @@ def reference_ops() -> list:
                  + bias.reshape(shape))
             return (y.astype(x.dtype),)
 
-    return [ConvTranspose, BatchNormalization]
+    return [Conv, ConvTranspose, BatchNormalization]

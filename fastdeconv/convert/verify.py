@@ -20,14 +20,15 @@ combinations fail only when run; either failure, or a graph input that is not a 
 static non-batch dimensions, gives status "not run" with the reason, and the conversion rests on the
 per-layer verification.
 
-onnx.reference departs from the ONNX spec for ConvTranspose (onnx 1.14-1.23,
+onnx.reference departs from the ONNX spec for ConvTranspose (onnx 1.21-1.23,
 ``onnx/reference/ops/op_conv_transpose.py``): a grouped layer fails or keeps one output channel per group,
 and ``output_shape`` is applied as a crop at the end instead of deriving the pads from it; and for
 BatchNormalization opsets 9-13 with a ``momentum`` attribute (torch's exports at opset 11) it mixes the
 batch's own statistics into the running ones, where the spec (one output: inference) uses the given mean
-and variance. Every run here uses :func:`reference_ops` (:mod:`.oracle`), which evaluates a grouped ConvTranspose as one
-ungrouped call per group, turns output_shape (and SAME auto_pad) into the pads and output_padding the
-spec gives, and computes an inference-mode BatchNormalization (one output, no training_mode) as
+and variance; onnx.reference 1.21 also pads a SAME Conv wrongly on odd sizes. Every run here uses
+:func:`reference_ops` (:mod:`.oracle`), which pads a SAME Conv per the spec, evaluates a grouped
+ConvTranspose as one ungrouped call per group, turns output_shape (and SAME auto_pad) into the pads and
+output_padding the spec gives, and computes an inference-mode BatchNormalization (one output, no training_mode) as
 ``scale·(x − mean)/sqrt(var + epsilon) + bias`` (training mode: NotImplementedError, so "not run").
 """
 
@@ -87,16 +88,14 @@ def _converted_ops(runners, reference, substituted) -> list:
     """``new_ops`` whose Conv / ConvTranspose call ``runners[output tensor]`` (NCHW in and out, the
     runner works in NHWC) and add that tensor to the set ``substituted``; a node without a runner keeps
     the (corrected) reference implementation."""
-    from onnx.reference.ops.op_conv import Conv as _BuiltinConv
-
-    _ReferenceConvTranspose = reference[0]
+    _ReferenceConv, _ReferenceConvTranspose, *others = reference
 
     def run_layer(node, X):
         substituted.add(node.output[0])
         y = runners[node.output[0]](np.ascontiguousarray(X.transpose(0, 2, 3, 1), dtype=np.float32))
         return (np.ascontiguousarray(np.asarray(y).transpose(0, 3, 1, 2)).astype(X.dtype),)
 
-    class Conv(_BuiltinConv):
+    class Conv(_ReferenceConv):
         op_domain = ""
 
         def _run(self, X, W, B=None, **attributes):
@@ -112,7 +111,7 @@ def _converted_ops(runners, reference, substituted) -> list:
                 return run_layer(self.onnx_node, X)
             return super()._run(X, W, B, **attributes)
 
-    return [Conv, ConvTranspose, *reference[1:]]
+    return [Conv, ConvTranspose, *others]
 
 
 # --------------------------------------------------------------------------------------------------------

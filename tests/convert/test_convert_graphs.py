@@ -351,6 +351,31 @@ def test_reference_conv_transpose_matches_onnxruntime(attributes):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("auto_pad, strides, dilations, hw", [
+    ("SAME_UPPER", [2, 2], [1, 1], (31, 27)),
+    ("SAME_LOWER", [3, 2], [1, 1], (17, 21)),   # onnxruntime: no dilation with SAME
+    ("SAME_UPPER", [1, 1], [1, 1], (6, 5)),
+])
+def test_reference_conv_same_padding_matches_onnxruntime(auto_pad, strides, dilations, hw):
+    """onnx.reference 1.21 gives a 27-wide input with stride 2 and SAME_UPPER 13 columns; the spec 14."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx.reference import ReferenceEvaluator
+
+    from fastdeconv.convert.verify import reference_ops
+
+    rng = np.random.default_rng(10)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, strides=strides, dilations=dilations)]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, *hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(_f32(rng, 3, 2, 3, 3), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = _f32(rng, 1, 2, *hw, scale=1.0)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
+    got = ReferenceEvaluator(model, new_ops=reference_ops()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("opset", [9, 11, 15])
 def test_reference_batchnorm_with_momentum_matches_onnxruntime(opset):
     """torch exports momentum=0.9 at opsets < 14; onnx.reference's BatchNormalization-9 then mixes in the
