@@ -203,38 +203,25 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
         import onnx  # noqa: F401
         import onnx.reference  # noqa: F401 - onnx without its reference evaluator is not enough
     except ImportError:
-        print(f"error: 'fastdeconv convert' needs the onnx package; install it with: {INSTALL_HINT}",
-              file=sys.stderr)
-        return 2
+        return _error(f"'fastdeconv convert' needs the onnx package; install it with: {INSTALL_HINT}", 2)
     if len(paths) == 1:
         model_path, outdir = DEFAULT_MODEL, paths[0]
     elif len(paths) == 2:
         model_path, outdir = paths
     else:
-        print(f"error: convert takes [MODEL.onnx] OUTDIR (one or two paths), got {len(paths)} paths: {paths}",
-              file=sys.stderr)
-        return 2
-    shapes = {}
-    for text in input_shapes or []:
-        try:
-            name, shape = parse_input_shape(text)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        if name in shapes:
-            print(f"error: --input-shape {text!r}: {name!r} is given twice", file=sys.stderr)
-            return 2
-        shapes[name] = shape
+        return _error(f"convert takes [MODEL.onnx] OUTDIR (one or two paths), got {len(paths)} paths: {paths}", 2)
+    try:
+        shapes = _parse_input_shapes(input_shapes or [])
+    except ValueError as error:
+        return _error(error, 2)
     try:
         with _signals_raise_system_exit():
             result = convert(model_path, outdir, force=force, strict=strict, verify_model=verify_model,
                              progress=sys.stderr, input_shapes=shapes, max_verify_elements=max_verify_elements)
     except StrictModeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return _error(error, 2)
     except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return _error(error, 1)
     print(format_table(result.layers))
     if result.network is not None:
         for line in result.network.lines():
@@ -249,6 +236,23 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
         return 1
     print(_printable(f"{summary}; wrote {outdir}"))
     return 0
+
+
+def _error(message, code: int) -> int:
+    """Print ``error: message`` on stderr; return the exit code."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _parse_input_shapes(texts) -> dict:
+    """{name: shape} from --input-shape values; ValueError for a malformed one or a name given twice."""
+    shapes = {}
+    for text in texts:
+        name, shape = parse_input_shape(text)
+        if name in shapes:
+            raise ValueError(f"--input-shape {text!r}: {name!r} is given twice")
+        shapes[name] = shape
+    return shapes
 
 
 @contextlib.contextmanager

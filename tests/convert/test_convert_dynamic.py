@@ -13,35 +13,10 @@ import pytest
 
 from fastdeconv.convert import ConversionError, verify_directory
 from fastdeconv.convert.graph import DEFAULT_SIZES, OnnxGraph, parse_input_shape
-from fastdeconv.__main__ import main
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-def _save(path, nodes, initializers, inputs, outputs, opset=17, ir_version=None):
-    graph = helper.make_graph(
-        nodes, "test",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs.items()],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in outputs.items()],
-        [numpy_helper.from_array(np.asarray(value), name) for name, value in initializers.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    if ir_version is not None:
-        model.ir_version = ir_version
-    onnx.save(model, str(path))
-    return path
-
-
-def _run(*args):
-    return main(["convert", *map(str, args)])
-
-
-def _manifest(out):
-    return json.loads((out / "manifest.json").read_text())
-
-
-def _f32(rng, *shape, scale=0.3):
-    return (scale * rng.standard_normal(shape)).astype(np.float32)
+from onnx_helpers import f32, read_manifest, run_convert, save_model  # noqa: E402
 
 
 def _constant(name, value):
@@ -58,8 +33,8 @@ def _odd_size_model(path, batch="n"):
              helper.make_node("ConvTranspose", ["down", "w2"], ["up"], name="up", strides=[2, 2]),
              helper.make_node("Concat", ["up", "x"], ["cat"], name="cat", axis=1),
              helper.make_node("Conv", ["cat", "w3"], ["y"], name="head", pads=[1, 1, 1, 1])]
-    init = {"w1": _f32(rng, 4, 3, 3, 3), "w2": _f32(rng, 4, 3, 3, 3), "w3": _f32(rng, 2, 6, 3, 3)}
-    return _save(path, nodes, init, {"x": [batch, 3, "height", "width"]}, {"y": [batch, 2, "height", "width"]})
+    init = {"w1": f32(rng, 4, 3, 3, 3), "w2": f32(rng, 4, 3, 3, 3), "w3": f32(rng, 2, 6, 3, 3)}
+    return save_model(path, nodes, init, {"x": [batch, 3, "height", "width"]}, {"y": [batch, 2, "height", "width"]})
 
 
 # ------------------------------------------------------------------------------------ dynamic sizes
@@ -67,13 +42,13 @@ def _odd_size_model(path, batch="n"):
 def test_symbolic_height_and_width_take_the_first_size_inference_accepts(tmp_path, capsys):
     model = _odd_size_model(tmp_path / "m.onnx")
     out = tmp_path / "out"
-    assert _run(model, out) == 0, capsys.readouterr().err
+    assert run_convert(model, out) == 0, capsys.readouterr().err
     captured = capsys.readouterr()
     assert "note: graph input 'x' ?x3x?x? is converted and verified at ?x3x65x65 (default size)" in captured.err
     summary = captured.out.splitlines()[-1]
     assert summary.startswith("converted 3 layers (0 BatchNorm folded); skipped 1 node: Concat×1; ")
     assert "(passed); input 'x' at ?x3x65x65 (default size; the model declares ?x3x?x?); wrote" in summary
-    manifest = _manifest(out)
+    manifest = read_manifest(out)
     assert manifest["graph_inputs"] == [{"name": "x", "shape": [None, 3, 65, 65],
                                          "declared_shape": [None, 3, None, None], "shape_source": "default size"}]
     assert manifest["verification"]["network"]["inputs"] == {"x": [1, 3, 65, 65]}
@@ -87,9 +62,9 @@ def test_a_size_too_small_for_the_kernel_is_passed_over(tmp_path, capsys):
     """A dilated 3x3 kernel spans 101 pixels: shape inference gives negative sizes below that."""
     rng = np.random.default_rng(3)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="wide", dilations=[50, 50])]
-    model = _save(tmp_path / "m.onnx", nodes, {"w": _f32(rng, 2, 2, 3, 3)}, {"x": [1, 2, "h", "w"]},
+    model = save_model(tmp_path / "m.onnx", nodes, {"w": f32(rng, 2, 2, 3, 3)}, {"x": [1, 2, "h", "w"]},
                   {"y": [1, 2, "h2", "w2"]})
-    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
     assert "input 'x' at 1x2x101x101 (default size" in capsys.readouterr().out
     assert 101 in DEFAULT_SIZES
 
@@ -97,8 +72,8 @@ def test_a_size_too_small_for_the_kernel_is_passed_over(tmp_path, capsys):
 def test_input_shape_fixes_the_size_and_the_batch(tmp_path, capsys):
     model = _odd_size_model(tmp_path / "m.onnx")
     out = tmp_path / "out"
-    assert _run("--input-shape", "x:2,3,41,47", model, out) == 0, capsys.readouterr().err
-    manifest = _manifest(out)
+    assert run_convert("--input-shape", "x:2,3,41,47", model, out) == 0, capsys.readouterr().err
+    manifest = read_manifest(out)
     assert manifest["graph_inputs"][0]["shape"] == [2, 3, 41, 47]
     assert manifest["graph_inputs"][0]["shape_source"] == "--input-shape"
     assert manifest["verification"]["network"]["inputs"] == {"x": [2, 3, 41, 47]}
@@ -111,13 +86,13 @@ def test_no_accepted_size_names_the_option(tmp_path, capsys):
     rng = np.random.default_rng(4)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c", "map"], ["y"], name="add_map")]
-    init = {"w": _f32(rng, 2, 2, 3, 3), "map": _f32(rng, 1, 2, 5, 5)}
-    model = _save(tmp_path / "m.onnx", nodes, init, {"x": [1, 2, "h", "w"]}, {"y": [1, 2, "h", "w"]})
-    assert _run(model, tmp_path / "out") == 1
+    init = {"w": f32(rng, 2, 2, 3, 3), "map": f32(rng, 1, 2, 5, 5)}
+    model = save_model(tmp_path / "m.onnx", nodes, init, {"x": [1, 2, "h", "w"]}, {"y": [1, 2, "h", "w"]})
+    assert run_convert(model, tmp_path / "out") == 1
     err = capsys.readouterr().err
     assert "shape inference accepts none of the sizes 64..1024 for the symbolic height and width of x 1x2x?x?" in err
     assert "give the size with --input-shape NAME:N,C,H,W" in err
-    assert _run("--input-shape", "x:1,2,5,5", model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert run_convert("--input-shape", "x:1,2,5,5", model, tmp_path / "out") == 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argument, message", [
@@ -129,7 +104,7 @@ def test_no_accepted_size_names_the_option(tmp_path, capsys):
 ])
 def test_bad_input_shapes_exit_1_and_say_why(tmp_path, capsys, argument, message):
     model = _odd_size_model(tmp_path / "m.onnx")
-    assert _run("--input-shape", argument, model, tmp_path / "out") == 1
+    assert run_convert("--input-shape", argument, model, tmp_path / "out") == 1
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
@@ -140,7 +115,7 @@ def test_bad_input_shapes_exit_1_and_say_why(tmp_path, capsys, argument, message
 def test_malformed_input_shape_is_a_usage_error(tmp_path, capsys, arguments):
     model = _odd_size_model(tmp_path / "m.onnx")
     options = [a for text in arguments for a in ("--input-shape", text)]
-    assert _run(*options, model, tmp_path / "out") == 2
+    assert run_convert(*options, model, tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --input-shape") and ("NAME:N,C,H,W" in err or "given twice" in err)
 
@@ -172,9 +147,9 @@ def _paddle_style_model(path, rng):
         for key, value in (("gamma", rng.uniform(0.5, 1.5, channels)), ("beta", rng.standard_normal(channels)),
                            ("mean", rng.standard_normal(channels)), ("var", rng.uniform(0.5, 1.5, channels))):
             bn[f"{prefix}.{key}"] = value
-    weights = {"w1": _f32(rng, 8, 3, 3, 3), "b1": _f32(rng, 1, 8, 1, 1), "w2": _f32(rng, 8, 8, 1, 1),
-               "b2": _f32(rng, 8), "w3": _f32(rng, 8, 8, 3, 3), "b3": _f32(rng, 1, 8, 1, 1),
-               "w4": _f32(rng, 16, 2, 2, 2), "b4": _f32(rng, 1, 2, 1, 1), "clip_min": np.float32(0),
+    weights = {"w1": f32(rng, 8, 3, 3, 3), "b1": f32(rng, 1, 8, 1, 1), "w2": f32(rng, 8, 8, 1, 1),
+               "b2": f32(rng, 8), "w3": f32(rng, 8, 8, 3, 3), "b3": f32(rng, 1, 8, 1, 1),
+               "w4": f32(rng, 16, 2, 2, 2), "b4": f32(rng, 1, 2, 1, 1), "clip_min": np.float32(0),
                "clip_max": np.float32(6), "roi": np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32),
                "scales": np.array([1, 1, 2, 2], np.float32), **bn}
     nodes = [_constant(name, value) for name, value in weights.items()] + [
@@ -199,18 +174,18 @@ def _paddle_style_model(path, rng):
         helper.make_node("Sigmoid", ["n4"], ["y"], name="sigmoid_0"),
     ]
     dynamic = ["p2o.DynamicDimension.0", 3, "p2o.DynamicDimension.1", "p2o.DynamicDimension.2"]
-    return _save(path, nodes, {}, {"x": dynamic}, {"y": ["p2o.DynamicDimension.0", 2, "p2o.DynamicDimension.3",
+    return save_model(path, nodes, {}, {"x": dynamic}, {"y": ["p2o.DynamicDimension.0", 2, "p2o.DynamicDimension.3",
                                                            "p2o.DynamicDimension.4"]}, opset=12, ir_version=8)
 
 
 def test_paddle2onnx_style_graph_converts_every_conv_and_folds_every_bias_and_batchnorm(tmp_path, capsys):
     model = _paddle_style_model(tmp_path / "det.onnx", np.random.default_rng(5))
     out = tmp_path / "out"
-    assert _run("--verify-model", model, out) == 0, capsys.readouterr().err
+    assert run_convert("--verify-model", model, out) == 0, capsys.readouterr().err
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("converted 4 layers (2 BatchNorm, 3 Add/Sub/Mul/Div folded); skipped 4 nodes: ")
     assert "input 'x' at ?x3x64x64 (default size" in summary
-    manifest = _manifest(out)
+    manifest = read_manifest(out)
     layers = {layer["onnx_node"]: layer for layer in manifest["layers"]}
     assert [e["op"] for e in layers["conv2d_0"]["folded"]] == ["Add", "BatchNormalization"]
     assert [e["op"] for e in layers["conv2d_transpose_0"]["folded"]] == ["Add", "BatchNormalization"]
@@ -227,8 +202,8 @@ def _tf_style_model(path, rng):
     """As tf2onnx writes a Keras decoder: an NHWC input (dynamic H/W), a Transpose to NCHW, weights
     stored HWIO / (kH, kW, C_out, C_in) behind Transpose nodes, the bias in the Conv, a Mul by a scalar
     (a Rescaling layer), and a Transpose back to NHWC."""
-    init = {"w1_hwio": _f32(rng, 3, 3, 3, 8), "b1": _f32(rng, 8), "w2_hwoi": _f32(rng, 4, 4, 4, 8),
-            "b2": _f32(rng, 4), "half": np.float32(0.5)}
+    init = {"w1_hwio": f32(rng, 3, 3, 3, 8), "b1": f32(rng, 8), "w2_hwoi": f32(rng, 4, 4, 4, 8),
+            "b2": f32(rng, 4), "half": np.float32(0.5)}
     nodes = [
         helper.make_node("Transpose", ["x"], ["x_nchw"], name="conv2d__6", perm=[0, 3, 1, 2]),
         helper.make_node("Transpose", ["w1_hwio"], ["w1"], name="conv2d/kernel__transpose", perm=[3, 2, 0, 1]),
@@ -242,19 +217,19 @@ def _tf_style_model(path, rng):
         helper.make_node("Tanh", ["scaled"], ["tanh"], name="model/activation/Tanh"),
         helper.make_node("Transpose", ["tanh"], ["y"], name="model/out__transpose", perm=[0, 2, 3, 1]),
     ]
-    return _save(path, nodes, init, {"x": ["unk__1", "unk__2", "unk__3", 3]}, {"y": ["unk__1", "unk__4", "unk__5", 4]},
+    return save_model(path, nodes, init, {"x": ["unk__1", "unk__2", "unk__3", 3]}, {"y": ["unk__1", "unk__4", "unk__5", 4]},
                  opset=13)
 
 
 def test_tf2onnx_style_nhwc_graph_converts(tmp_path, capsys):
     model = _tf_style_model(tmp_path / "keras.onnx", np.random.default_rng(6))
     out = tmp_path / "out"
-    assert _run("--verify-model", model, out) == 0, capsys.readouterr().err
+    assert run_convert("--verify-model", model, out) == 0, capsys.readouterr().err
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("converted 2 layers (0 BatchNorm, 1 Add/Sub/Mul/Div folded); skipped 2 nodes: "
                               "Transpose×2; ")
     assert "input 'x' at ?x64x64x3 (default size; the model declares ?x?x?x3)" in summary
-    layers = _manifest(out)["layers"]
+    layers = read_manifest(out)["layers"]
     assert [layer["weight_source"] for layer in layers] == ["w1_hwio", "w2_hwoi"]
     assert layers[1]["activation"]["op"] == "Tanh" and layers[1]["folded"][0]["node"] == "model/rescaling/mul"
 
@@ -268,10 +243,10 @@ def test_odd_node_and_tensor_names_round_trip_and_a_foreign_manifest_fails(tmp_p
     rng = np.random.default_rng(7)
     nodes = [helper.make_node("Conv", ["x", "w"], ["t[3,   4]"], name="n[3,   4]", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["t[3,   4]"], ["y"], name="relu  [0]")]
-    model = _save(tmp_path / "m.onnx", nodes, {"w": _f32(rng, 2, 2, 3, 3)}, {"x": [1, 2, 6, 6]}, {"y": [1, 2, 6, 6]})
+    model = save_model(tmp_path / "m.onnx", nodes, {"w": f32(rng, 2, 2, 3, 3)}, {"x": [1, 2, 6, 6]}, {"y": [1, 2, 6, 6]})
     out = tmp_path / "out"
-    assert _run(model, out) == 0, capsys.readouterr().err
-    layer = _manifest(out)["layers"][0]
+    assert run_convert(model, out) == 0, capsys.readouterr().err
+    layer = read_manifest(out)["layers"][0]
     assert (layer["onnx_node"], layer["onnx_conv_output"], layer["onnx_output_before_activation"]) == \
         ("n[3,   4]", "t[3,   4]", "t[3,   4]")
     assert layer["activation"]["node"] == "relu  [0]"
@@ -296,14 +271,14 @@ def test_paddle2onnx_export_of_a_trained_classifier_converts_completely(tmp_path
     """PaddleOCR's direction classifier (see data/README.md): a batch written as -1, symbolic H/W,
     every conv's BatchNormalization and hard-swish pieces in the graph."""
     out = tmp_path / "out"
-    assert _run(*options, PADDLE_CLASSIFIER, out) == 0, capsys.readouterr().err
+    assert run_convert(*options, PADDLE_CLASSIFIER, out) == 0, capsys.readouterr().err
     summary = capsys.readouterr().out.splitlines()[-1]
     model = onnx.load(str(PADDLE_CLASSIFIER))
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
     batchnorms = sum(n.op_type == "BatchNormalization" for n in model.graph.node)
     assert (convs, batchnorms) == (53, 35)
     assert summary.startswith(f"converted {convs} layers ({batchnorms} BatchNorm, ")
-    manifest = _manifest(out)
+    manifest = read_manifest(out)
     assert manifest["graph_inputs"][0]["declared_shape"] == [None, 3, None, None]
     assert manifest["graph_inputs"][0]["shape"][2:] == size
     assert manifest["verification"]["network"]["status"] == "passed"
@@ -321,8 +296,8 @@ def test_conv_after_a_computed_reshape_gets_its_shape_from_a_run(tmp_path, capsy
              helper.make_node("Cast", ["s_scaled"], ["s_int"], name="to_int", to=TensorProto.INT64),
              helper.make_node("Reshape", ["c1", "s_int"], ["r"], name="reshape"),
              helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
-    init = {"w1": _f32(rng, 4, 2, 3, 3), "w2": _f32(rng, 2, 4, 3, 3), "one": np.ones(4, np.float32)}
-    model = _save(tmp_path / "m.onnx", nodes, init, {"x": [1, 2, "h", "w"]}, {"y": [1, 2, "h", "w"]})
+    init = {"w1": f32(rng, 4, 2, 3, 3), "w2": f32(rng, 2, 4, 3, 3), "one": np.ones(4, np.float32)}
+    model = save_model(tmp_path / "m.onnx", nodes, init, {"x": [1, 2, "h", "w"]}, {"y": [1, 2, "h", "w"]})
     assert OnnxGraph.load(model).shapes["r"] == (1, 4, 64, 64)   # (None, None, None, None) from inference
-    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
-    assert [layer["onnx_node"] for layer in _manifest(tmp_path / "out")["layers"]] == ["conv1", "conv2"]
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert [layer["onnx_node"] for layer in read_manifest(tmp_path / "out")["layers"]] == ["conv1", "conv2"]

@@ -16,21 +16,18 @@ import numpy as np
 import pytest
 
 from fastdeconv.convert import verify_directory
-from fastdeconv.__main__ import main
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx_helpers import run_convert, save_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _save(path, nodes, initializers, opset=17, elem=TensorProto.FLOAT):
-    graph = helper.make_graph(
-        nodes, "test", [helper.make_tensor_value_info("x", elem, [1, 2, 6, 6])],
-        [helper.make_tensor_value_info(nodes[-1].output[0], elem, [1, 2, 6, 6])],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
-    return path
+    """A model with input x and the last node's output, both (1, 2, 6, 6)."""
+    return save_model(path, nodes, initializers, {"x": [1, 2, 6, 6]}, {nodes[-1].output[0]: [1, 2, 6, 6]},
+                      opset=opset, elem_type=elem)
 
 
 def _conv(name="conv", output="y"):
@@ -44,10 +41,6 @@ def _weight(dtype=np.float32):
 @pytest.fixture
 def model(tmp_path):
     return _save(tmp_path / "m.onnx", [_conv()], {"w": _weight()})
-
-
-def _run(*args):
-    return main(["convert", *map(str, args)])
 
 
 def _one_error_line(capsys):
@@ -65,7 +58,7 @@ def _hidden(folder):
 def test_a_300_character_node_name_gets_a_short_file_name(tmp_path, capsys):
     long_name = "block." * 50
     model = _save(tmp_path / "m.onnx", [_conv(name=long_name)], {"w": _weight()})
-    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
     layer = json.loads((tmp_path / "out" / "manifest.json").read_text())["layers"][0]
     assert layer["onnx_node"] == long_name and len(layer["files"]["weight"]) < 200
 
@@ -75,7 +68,7 @@ def test_400_chained_identity_nodes_resolve_without_recursion(tmp_path, capsys):
     nodes += [helper.make_node("Identity", [f"w{i}"], [f"w{i + 1}"]) for i in range(400)]
     nodes.append(helper.make_node("Conv", ["x", "w400"], ["y"], name="conv", pads=[1, 1, 1, 1]))
     model = _save(tmp_path / "m.onnx", nodes, {"w": _weight()})
-    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["layers"][0]["weight_source"] == "w"
 
 
@@ -83,7 +76,7 @@ def test_clip_with_a_two_element_min_is_skipped_with_the_reason(tmp_path, capsys
     nodes = [_conv(output="c"), helper.make_node("Clip", ["c", "low", "high"], ["y"], name="clip")]
     model = _save(tmp_path / "m.onnx", nodes, {"w": _weight(), "low": np.zeros(2, np.float32),
                                                "high": np.float32(6)})
-    assert _run(model, tmp_path / "out") == 0
+    assert run_convert(model, tmp_path / "out") == 0
     skipped = json.loads((tmp_path / "out" / "manifest.json").read_text())["skipped"]
     assert [(s["node"], s["reason"]) for s in skipped] == \
         [("clip", "activation not recorded: its bounds are not constant scalars")]
@@ -96,11 +89,11 @@ def test_a_model_onnxruntime_refuses_is_reported_and_strict_fails(tmp_path, caps
         model = _save(tmp_path / "m.onnx", [_conv()], {"w": _weight()}, opset=999)
     else:
         model = _save(tmp_path / "m.onnx", [_conv()], {"w": _weight(np.int64)}, elem=TensorProto.INT64)
-    assert _run("--strict", model, tmp_path / "out") == 2
+    assert run_convert("--strict", model, tmp_path / "out") == 2
     line = _one_error_line(capsys)
     assert line.startswith("error: --strict: onnxruntime refuses to load") and line.endswith("nothing was written")
     assert not (tmp_path / "out").exists()
-    assert _run(model, tmp_path / "out") == 0
+    assert run_convert(model, tmp_path / "out") == 0
     captured = capsys.readouterr()
     assert "warning: onnxruntime refuses to load" in captured.err
     assert "; onnxruntime refuses to load the model; wrote" in captured.out.splitlines()[-1]
@@ -112,39 +105,39 @@ def test_a_model_onnxruntime_refuses_is_reported_and_strict_fails(tmp_path, caps
 
 def test_a_dangling_symlink_outdir_is_refused(tmp_path, capsys, model):
     (tmp_path / "link").symlink_to(tmp_path / "missing")
-    assert _run(model, tmp_path / "link") == 1
+    assert run_convert(model, tmp_path / "link") == 1
     assert "is a symbolic link (to " in _one_error_line(capsys)
     assert (tmp_path / "link").is_symlink() and not (tmp_path / "missing").exists()
 
 
 def test_force_never_replaces_the_current_directory(tmp_path, capsys, model, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert _run("--force", model, ".") == 1
+    assert run_convert("--force", model, ".") == 1
     assert "which is the current directory or holds it" in _one_error_line(capsys)
-    assert _run("--force", model, "..") == 1
+    assert run_convert("--force", model, "..") == 1
     assert "which is the current directory or holds it" in _one_error_line(capsys)
     assert model.exists()
 
 
 def test_force_never_replaces_the_model_s_folder(tmp_path, capsys, model):
-    assert _run("--force", model, tmp_path) == 1
+    assert run_convert("--force", model, tmp_path) == 1
     assert f"which holds the model {model}" in _one_error_line(capsys)
     assert model.exists()
 
 
 def test_force_replaces_only_what_the_converter_wrote(tmp_path, capsys, model):
     out = tmp_path / "out"
-    assert _run(model, out) == 0
-    assert _run("--force", model, out) == 0   # its own output: replaced
+    assert run_convert(model, out) == 0
+    assert run_convert("--force", model, out) == 0   # its own output: replaced
     (out / "notes.txt").write_text("mine")
     capsys.readouterr()
-    assert _run("--force", model, out) == 1
+    assert run_convert("--force", model, out) == 1
     assert "holds files it did not write (notes.txt)" in _one_error_line(capsys)
     assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").exists()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "manifest.json").write_text('{"converter": "someone else"}')
-    assert _run("--force", model, foreign) == 1
+    assert run_convert("--force", model, foreign) == 1
     assert "holds files it did not write (manifest.json)" in _one_error_line(capsys)
 
 
@@ -157,7 +150,7 @@ def test_a_killed_conversion_s_staging_folder_is_removed_by_the_next_run(tmp_pat
     (stale / "conv_weight.dat").write_bytes(b"half")
     alive = tmp_path / f".out.partial-{os.getppid()}-def456"   # a live process's: kept
     alive.mkdir()
-    assert _run(model, tmp_path / "out") == 0
+    assert run_convert(model, tmp_path / "out") == 0
     assert _hidden(tmp_path) == [alive.name]
 
 
@@ -211,7 +204,7 @@ def test_a_failed_write_is_one_error_line_and_leaves_nothing(tmp_path, model):
 @pytest.mark.parametrize("name", ["../outside.dat", "/etc/hostname", "link.dat"])
 def test_verify_directory_refuses_files_outside_its_folder(tmp_path, model, capsys, name):
     out = tmp_path / "out"
-    assert _run(model, out) == 0
+    assert run_convert(model, out) == 0
     (tmp_path / "outside.dat").write_bytes((out / "conv_weight.dat").read_bytes())
     (out / "link.dat").symlink_to(tmp_path / "outside.dat")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -245,7 +238,7 @@ def _external_model(folder, location="weights.bin", offset=0, length=None, data=
 
 def test_external_data_inside_the_folder_converts(tmp_path, capsys):
     model = _external_model(tmp_path / "model")
-    assert _run(model, tmp_path / "out") == 0, capsys.readouterr().err
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
     saved = np.fromfile(tmp_path / "out" / "conv_weight.dat", "<f4")
     assert np.array_equal(saved, _weight().transpose(0, 2, 3, 1).ravel())
 
@@ -288,7 +281,7 @@ def test_external_data_outside_the_folder_or_the_file_is_refused(tmp_path, capsy
     else:
         arguments["offset"] = 64
     model = _external_model(folder, **arguments)
-    assert _run(model, tmp_path / "out") == 1
+    assert run_convert(model, tmp_path / "out") == 1
     line = _one_error_line(capsys)
     assert message in line and "tensor 'w' stores its data in" in line, line
     assert not (tmp_path / "out").exists()
@@ -297,12 +290,7 @@ def test_external_data_outside_the_folder_or_the_file_is_refused(tmp_path, capsy
 # ---------------------------------------------------------------------------------- verification budget
 
 def _layer_model(path, node, weight, input_shape, output_shape):
-    graph = helper.make_graph(
-        [node], "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape or ["n", "c", "h", "w"])],
-        [numpy_helper.from_array(weight, "w")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+    return save_model(path, [node], {"w": weight}, {"x": input_shape}, {"y": output_shape or ["n", "c", "h", "w"]})
 
 
 def test_a_huge_declared_input_is_verified_small_and_the_network_not_run(tmp_path, capsys):
@@ -312,7 +300,7 @@ def test_a_huge_declared_input_is_verified_small_and_the_network_not_run(tmp_pat
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
     model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 4, 30000, 30000], [1, 4, 30000, 30000])
     out = tmp_path / "out"
-    assert _run(model, out) == 0, capsys.readouterr().err
+    assert run_convert(model, out) == 0, capsys.readouterr().err
     captured = capsys.readouterr()
     assert "note: conv is verified on a " in captured.err and "--max-verify-elements" in captured.err
     manifest = json.loads((out / "manifest.json").read_text())
@@ -321,41 +309,35 @@ def test_a_huge_declared_input_is_verified_small_and_the_network_not_run(tmp_pat
     assert 4 * layer["verified_input_hw"][0] * layer["verified_input_hw"][1] <= 2 ** 22
     network = manifest["verification"]["network"]
     assert network["status"] == "not run" and "over the verification budget of 4,194,304" in network["reason"]
-    assert _run("--force", "--verify-model", model, out) == 1
+    assert run_convert("--force", "--verify-model", model, out) == 1
     assert "--verify-model: tensor 'x' would have 3,600,000,000 elements" in _one_error_line(capsys)
 
 
-@pytest.mark.parametrize("attributes", [
-    {"strides": [2, 2], "output_shape": [37, 41]},
-    {"strides": [2, 3], "auto_pad": "SAME_UPPER"},
-    {"strides": [3, 2], "pads": [1, 0, 2, 1], "output_padding": [1, 1]},
+@pytest.mark.parametrize("op, attributes", [
+    ("ConvTranspose", {"strides": [2, 2], "output_shape": [37, 41]}),
+    ("ConvTranspose", {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
+    ("ConvTranspose", {"strides": [3, 2], "pads": [1, 0, 2, 1], "output_padding": [1, 1]}),
+    ("Conv", {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ("Conv", {"strides": [3, 1], "auto_pad": "SAME_LOWER", "dilations": [2, 2]}),
+    ("Conv", {"strides": [2, 2], "pads": [0, 1, 2, 0]}),
 ])
-def test_conv_transpose_verified_on_a_smaller_input_keeps_its_crop(tmp_path, capsys, attributes):
-    weight = np.random.default_rng(2).standard_normal((2, 3, 3, 3)).astype(np.float32)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", **attributes)
-    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 2, 19, 21], None)
+def test_a_layer_verified_on_a_smaller_input_keeps_its_padding_and_crop(tmp_path, capsys, op, attributes):
+    """SAME padding, explicit pads and output_shape mean the same layer on the smaller input."""
+    transposed = op == "ConvTranspose"
+    weight = np.random.default_rng(2).standard_normal((2, 3, 3, 3) if transposed else (3, 2, 3, 3)).astype(np.float32)
+    node = helper.make_node(op, ["x", "w"], ["y"], name="layer", **attributes)
+    input_hw = [19, 21] if transposed else [31, 27]
+    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 2, *input_hw], None)
     out = tmp_path / "out"
-    assert _run("--max-verify-elements", "400", model, out) == 0, capsys.readouterr().err
+    assert run_convert("--max-verify-elements", "400" if transposed else "300", model, out) == 0, \
+        capsys.readouterr().err
     layer = json.loads((out / "manifest.json").read_text())["layers"][0]
-    assert layer["verified_input_hw"] != [19, 21] and layer["max_error"]["fastdeconv"] <= layer["max_error"]["tolerance"]
-
-
-@pytest.mark.parametrize("attributes", [{"strides": [2, 2], "auto_pad": "SAME_UPPER"},
-                                        {"strides": [3, 1], "auto_pad": "SAME_LOWER", "dilations": [2, 2]},
-                                        {"strides": [2, 2], "pads": [0, 1, 2, 0]}])
-def test_conv_verified_on_a_smaller_input_keeps_its_padding(tmp_path, capsys, attributes):
-    weight = np.random.default_rng(3).standard_normal((3, 2, 3, 3)).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], name="down", **attributes)
-    model = _layer_model(tmp_path / "m.onnx", node, weight, [1, 2, 31, 27], None)
-    out = tmp_path / "out"
-    assert _run("--max-verify-elements", "300", model, out) == 0, capsys.readouterr().err
-    layer = json.loads((out / "manifest.json").read_text())["layers"][0]
-    assert layer["verified_input_hw"] != [31, 27] and layer["max_error"]["fastdeconv"] <= layer["max_error"]["tolerance"]
+    assert layer["verified_input_hw"] != input_hw and layer["max_error"]["fastdeconv"] <= layer["max_error"]["tolerance"]
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "many"])
 def test_max_verify_elements_must_be_a_positive_integer(tmp_path, model, capsys, value):
     with pytest.raises(SystemExit) as exit_info:
-        _run("--max-verify-elements", value, model, tmp_path / "out")
+        run_convert("--max-verify-elements", value, model, tmp_path / "out")
     assert exit_info.value.code == 2
     assert f"--max-verify-elements must be a whole number > 0, got {value!r}" in capsys.readouterr().err
