@@ -68,10 +68,10 @@ def config() -> dict:
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
         "winograd_stores": _winograd_stores(info),
         "workspace_bound": (
-            f"per thread, independent of the image size: col2im column buffer max("
-            f"{_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB, {_cpu.COL2IM_MIN_PIXELS} input pixels' kH*kW*C_out/groups "
-            f"elements); phase/im2col indirection chunk*(kH*kW+1) pointers, chunk <= "
-            f"{_cpu.GEMM_CHUNK_MAX_PIXELS} output pixels; depthwise none"
+            f"per thread, independent of the image size: col2im a {_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB "
+            f"column buffer (>= {_cpu.COL2IM_MIN_PIXELS} input pixels of a block of the kH*kW*C_out/groups "
+            f"columns) and 2 pointers per pixel, independent of the weight too; phase/im2col indirection "
+            f"chunk*(kH*kW+1) pointers, chunk <= {_cpu.GEMM_CHUNK_MAX_PIXELS} output pixels; depthwise none"
         ),
     }
 

@@ -135,9 +135,10 @@ static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, size_t itemsize) {
 }
 
 /* col2im's column buffer per thread: this many bytes, or FD_COL2IM_MIN_PIXELS input pixels' columns
- * (kH*kW*C_out/g elements each) if that is larger; never more, whatever the image's size: a row
- * longer than the buffer is computed in pieces. The minimum keeps a few GEMM row tiles per pass over
- * the packed weights when one pixel's column alone is large. */
+ * (kH*kW*C_out/g elements each) if that is larger, up to this many bytes again: a pixel's columns
+ * beyond that are computed in blocks, and a row longer than the buffer in pieces, so the buffer grows
+ * with neither the image nor the weight. The minimum keeps a few GEMM row tiles per pass over the
+ * packed weights when one pixel's column alone is large. */
 #define FD_COL2IM_WORKSPACE_BYTES (1 << 20)
 #define FD_COL2IM_MIN_PIXELS 48
 

@@ -13,10 +13,12 @@
  * ceil(dH*(kH-1)/sH) rows per band edge).
  *
  * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk input
- * pixels of kH*kW*Cog elements, and chunk pointers each for the GEMM's A and C rows. A chunk is
- * whole input rows when a row fits, else a piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the
- * workspace does not grow with the image. Pieces are taken in pixel order, so every output element
- * receives its terms in the same order either way: the result does not depend on the chunk.
+ * pixels of a block of the kH*kW*Cog columns (all of them unless one pixel's columns are large), and
+ * chunk pointers each for the GEMM's A and C rows. A chunk is whole input rows when a row fits, else a
+ * piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the workspace grows with neither the image nor the
+ * weight. Pieces are taken in pixel order and an output element's terms all come from one column, so
+ * every output element receives its terms in the same order either way: the result depends on neither
+ * the chunk nor the block.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -28,14 +30,25 @@ static const char *col2im_unsupported(const fd_geometry *geo) {
     return NULL;
 }
 
+/* The column buffer holds `chunk` pixels of `block` columns. block = kH*kW*Cog when
+ * FD_COL2IM_MIN_PIXELS pixels of it fit in FD_COL2IM_WORKSPACE_BYTES; else the columns are cut into
+ * blocks of a whole number of packed panels, so the buffer never outgrows that size, whatever the
+ * weight's size. */
+static ptrdiff_t col2im_column_block(const fd_geometry *geo, size_t itemsize) {
+    const ptrdiff_t taps_cols = geo->kernel_h * geo->kernel_w * (geo->out_channels / geo->groups);
+    const ptrdiff_t fitting = (ptrdiff_t)(FD_COL2IM_WORKSPACE_BYTES / (itemsize * FD_COL2IM_MIN_PIXELS))
+                              / FD_GEMM_COLUMN_ALIGN * FD_GEMM_COLUMN_ALIGN;
+    return taps_cols <= fitting ? taps_cols : fitting;
+}
+
 static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     const size_t itemsize = fd_itemsize(dtype);
-    const ptrdiff_t taps_cols = geo->kernel_h * geo->kernel_w * (geo->out_channels / geo->groups);
+    const ptrdiff_t block = col2im_column_block(geo, itemsize);
     fd_workspace ws;
-    ws.chunk = (ptrdiff_t)(FD_COL2IM_WORKSPACE_BYTES / (itemsize * (size_t)(taps_cols > 0 ? taps_cols : 1)));
+    ws.chunk = (ptrdiff_t)(FD_COL2IM_WORKSPACE_BYTES / (itemsize * (size_t)(block > 0 ? block : 1)));
     if (ws.chunk < FD_COL2IM_MIN_PIXELS) ws.chunk = FD_COL2IM_MIN_PIXELS;
     /* pointers first, so that they are aligned whatever the element count */
-    ws.bytes = (size_t)ws.chunk * (2 * sizeof(void *) + (size_t)taps_cols * itemsize);
+    ws.bytes = (size_t)ws.chunk * (2 * sizeof(void *) + (size_t)block * itemsize);
     return ws;
 }
 
@@ -49,7 +62,7 @@ FD_DEFINE_ALGORITHM(col2im, 1)
 
 static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed, const FD_REAL *FD_RESTRICT bias,
                               FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
-                              FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels,
+                              FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels, ptrdiff_t block,
                               const FD_REAL **a_rows, FD_REAL **c_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
@@ -59,6 +72,8 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t taps_cols = kH * kW * Cog;
     if (col_pixels < 1 || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end) return FD_ERR_WORKSPACE;
+    if (taps_cols > 0 && (block < 1 || (block < taps_cols && block % FD_GEMM_COLUMN_ALIGN != 0)))
+        return FD_ERR_WORKSPACE;
 
     FD_REAL *y_image = y + n * Ho * Wo * Cout;
     for (ptrdiff_t oy = oy_begin; oy < oy_end; oy++) {
@@ -66,7 +81,7 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
         for (ptrdiff_t ox = 0; ox < Wo; ox++)
             for (ptrdiff_t c = 0; c < Cout; c++) row[ox * Cout + c] = bias ? bias[c] : (FD_REAL)0;
     }
-    if (Cig == 0) return FD_OK;
+    if (Cig == 0 || taps_cols == 0) return FD_OK;
 
     /* Input rows whose taps can land in [oy_begin, oy_end). */
     ptrdiff_t iy_first = fd_ceil_div(oy_begin + geo->pad_top - (kH - 1) * dH, sH);
@@ -82,14 +97,18 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
         for (ptrdiff_t ix0 = 0; ix0 < W; ix0 += width) {
             const ptrdiff_t piece = W - ix0 < width ? W - ix0 : width;   /* == W when rows > 1 */
             const ptrdiff_t M = rows * piece;
-            for (ptrdiff_t g = 0; g < G; g++) {
+            for (ptrdiff_t g = 0; g < G; g++)
+            for (ptrdiff_t c0 = 0; c0 < taps_cols; c0 += block) {
+                /* columns [c0, c1) of (ky, kx, o), o fastest; c0 is a whole number of packed panels */
+                const ptrdiff_t c1 = taps_cols - c0 < block ? taps_cols : c0 + block;
                 const FD_REAL *x_first = x + ((n * H + iy0) * W + ix0) * Cin + g * Cig;
                 for (ptrdiff_t p = 0; p < M; p++) {
                     a_rows[p] = x_first + p * Cin;   /* rows > 1 only with whole rows: consecutive pixels */
-                    c_rows[p] = col + p * taps_cols;
+                    c_rows[p] = col + p * (c1 - c0);
                 }
-                FD_FN(gemm_indirect)((size_t)M, (size_t)taps_cols, 1, (size_t)Cig, a_rows,
-                                     (const FD_REAL *)fd_blob_part(packed, (size_t)g), NULL, c_rows, 0);
+                FD_FN(gemm_indirect)((size_t)M, (size_t)(c1 - c0), 1, (size_t)Cig, a_rows,
+                                     (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0, NULL, c_rows, 0);
+                const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
                 for (ptrdiff_t p = 0; p < M; p++) {
                     const ptrdiff_t iy = iy0 + p / piece, ix = ix0 + p % piece;
                     /* the taps kx whose column lands inside the output, ox = ix*sW - pad_left + kx*dW:
@@ -99,20 +118,32 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                     ptrdiff_t kx_hi = fd_floor_div(Wo - 1 - ox0, dW) + 1;
                     if (kx_hi > kW) kx_hi = kW;
                     if (kx_lo >= kx_hi) continue;   /* also every pixel with |ox0| beyond the output */
-                    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                    const FD_REAL *FD_RESTRICT col_row = col + p * (c1 - c0);   /* column c at col_row[c - c0] */
+                    for (ptrdiff_t ky = ky_lo; ky < ky_hi; ky++) {
                         const ptrdiff_t oy = iy * sH - geo->pad_top + ky * dH;
                         if (oy < oy_begin || oy >= oy_end) continue;
-                        const FD_REAL *FD_RESTRICT src = col + p * taps_cols + ky * kW * Cog;
+                        /* this row's columns of the taps [kx_lo, kx_hi) that the block holds, as
+                           offsets e = kx*Cog + o into the row */
+                        const ptrdiff_t row_first = ky * kW * Cog;
+                        ptrdiff_t e_lo = kx_lo * Cog, e_hi = kx_hi * Cog;
+                        if (e_lo < c0 - row_first) e_lo = c0 - row_first;
+                        if (e_hi > c1 - row_first) e_hi = c1 - row_first;
+                        if (e_lo >= e_hi) continue;
+                        const ptrdiff_t shift = row_first - c0;   /* offset e is col_row[shift + e] */
                         FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
                         if (dW == 1 && G == 1) {
-                            /* consecutive taps hit consecutive pixels: one contiguous run of
-                               (kx_hi - kx_lo)*Cout elements starting at output column ox0 + kx_lo */
-                            FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx_lo) * Cout;
-                            for (ptrdiff_t e = 0; e < (kx_hi - kx_lo) * Cog; e++) dst[e] += src[kx_lo * Cog + e];
+                            /* consecutive taps hit consecutive pixels: offset e lands at output
+                               element ox0*Cout + e of the row, one contiguous run */
+                            FD_REAL *FD_RESTRICT dst = dst_row + (ox0 * Cout + e_lo);
+                            const FD_REAL *FD_RESTRICT run = col_row + (shift + e_lo);
+                            for (ptrdiff_t e = 0; e < e_hi - e_lo; e++) dst[e] += run[e];
                             continue;
                         }
-                        for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++)
-                            for (ptrdiff_t o = 0; o < Cog; o++) dst_row[(ox0 + kx * dW) * Cout + o] += src[kx * Cog + o];
+                        for (ptrdiff_t kx = e_lo / Cog; kx * Cog < e_hi; kx++) {
+                            const ptrdiff_t o_lo = e_lo > kx * Cog ? e_lo - kx * Cog : 0;
+                            const ptrdiff_t o_hi = e_hi < (kx + 1) * Cog ? e_hi - kx * Cog : Cog;
+                            for (ptrdiff_t o = o_lo; o < o_hi; o++) dst_row[(ox0 + kx * dW) * Cout + o] += col_row[shift + kx * Cog + o];
+                        }
                     }
                 }
             }
@@ -147,7 +178,7 @@ static int FD_FN(col2im_run)(const fd_operands *op, const fd_task *t, void *work
     FD_REAL *col = (FD_REAL *)(c_rows + op->chunk);
     return FD_FN(deconv_col2im_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
                                      (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, col, op->chunk,
-                                     a_rows, c_rows);
+                                     col2im_column_block(op->geo, sizeof(FD_REAL)), a_rows, c_rows);
 }
 
 #endif

@@ -447,8 +447,9 @@ def test_gemm_isa_support_matches_cpu_flags():
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. col2im's workspace: bounded whatever the image width; a row longer than the column buffer is
-#    computed in pieces, with the same result.
+# 5. col2im's workspace: bounded whatever the image width and the weight's size; a row longer than
+#    the column buffer is computed in pieces, and a pixel's columns longer than it in blocks, with the
+#    same result.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -468,6 +469,60 @@ def test_col2im_row_pieces_match_reference(isa_path, dtype, stride, dilation, gr
         with threaded(threads):
             got = fastdeconv.conv_transpose2d(x, w, b, **kwargs, algorithm="col2im")
         assert_close(got, ref, dtype, 5 * 7 * cin, isa=isa_path, threads=threads)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cin, cog, kernel, stride, dilation, groups", [
+    (1, 600, (5, 5), 1, 1, 1),      # 15000 columns: blocks end inside a tap's channels
+    (2, 7000, (1, 1), 1, 1, 1),     # one tap wider than a block
+    (4, 5441, (1, 1), 2, 1, 1),     # one column past a whole block
+    (3, 300, (3, 7), 2, 3, 2),      # dilated, grouped: the per-tap scatter
+    (2, 2000, (3, 3), 2, 1, 3),
+])
+def test_col2im_column_blocks_match_reference(isa_path, dtype, cin, cog, kernel, stride, dilation, groups):
+    """kH*kW*C_out/g columns per pixel beyond what 48 pixels of the 1 MiB buffer hold: the GEMM and
+    the scatter run over blocks of whole packed panels."""
+    rng = np.random.default_rng(10)
+    cin, cout = cin * groups, cog * groups
+    signs = channel_signs(cout, rng)
+    x = make_x((2, 5, 6, cin), dtype, rng)
+    w = make_weight_t(cin, *kernel, cout, groups, dtype, rng, signs)
+    b = make_bias(cout, dtype, rng, signs)
+    kwargs = dict(stride=stride, padding=(1, 2), dilation=dilation, groups=groups)
+    ref = fastdeconv.conv_transpose2d(x, w, b, **kwargs, backend="reference")
+    for threads in (1, 2):
+        with threaded(threads):
+            got = fastdeconv.conv_transpose2d(x, w, b, **kwargs, algorithm="col2im")
+        assert_close(got, ref, dtype, kernel[0] * kernel[1] * cin // groups, isa=isa_path, threads=threads)
+
+
+_LARGE_WEIGHT = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    import fastdeconv
+    fastdeconv.set_num_threads(int(sys.argv[1]))
+    x = np.ones((1, 7, 7, 1), np.float32)
+    w = np.ones((1, 64, 64, 1024), np.float32)
+    fastdeconv.conv_transpose2d(x, w[:, :2, :2], algorithm="col2im")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    y = fastdeconv.conv_transpose2d(x, w, algorithm="col2im")
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert y[0, 0, 0, 0] == 1 and y[0, 1, 1, 5] == 4 and y.shape == (1, 70, 70, 1024)
+    print((after - before) * 1024, y.nbytes + w.nbytes)
+""")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB is Linux's")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_col2im_workspace_does_not_grow_with_the_weight(threads):
+    """w (1, 64, 64, 1024), 16 MiB, on a 7x7 input: one pixel's columns are 4M elements, and the
+    column buffer was 48 pixels of them per thread (768 MiB each)."""
+    done = subprocess.run([sys.executable, "-c", _LARGE_WEIGHT, str(threads)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    grown, result_and_packed = map(int, done.stdout.split())
+    assert grown < result_and_packed + (48 << 20), (
+        f"peak RSS grew by {grown >> 20} MiB for a {result_and_packed >> 20} MiB result and packed weight")
 
 
 _WIDE_IMAGE = textwrap.dedent("""
