@@ -335,7 +335,7 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
                            f"at {_shape_text(entry['shape'])} ({entry['source']}); the weights do not depend "
                            "on it, the manifest's geometry does")
     chains, skipped = graph.analyse()
-    rejected = onnxruntime_rejection(graph.model)
+    rejected = onnxruntime_rejection(graph)
     if rejected is not None and strict:
         raise StrictModeError(f"--strict: onnxruntime refuses to load {model_path} ({rejected}); nothing was written")
     if rejected is not None:
@@ -920,10 +920,10 @@ def _onnx_reference(graph, chain, x_nchw, shrunk=(0, 0)) -> np.ndarray:
     from onnx.reference import ReferenceEvaluator
 
     node = chain.conv
-    initializers = []
+    feeds = {"x": x_nchw}   # constants are fed, not initializers: a weight may be over protobuf's 2 GiB
 
     def constant(name, tensor):
-        initializers.append(numpy_helper.from_array(np.asarray(graph.constant(tensor)), name))
+        feeds[name] = np.asarray(graph.constant(tensor))
         return name
 
     inputs = ["x", constant("W", node.input[1])]
@@ -947,8 +947,9 @@ def _onnx_reference(graph, chain, x_nchw, shrunk=(0, 0)) -> np.ndarray:
             inputs = [previous if name == source else constant(f"{result}_constant", name) for name in folded.input]
             attributes = {}
         nodes.append(helper.make_node(folded.op_type, inputs, [result], **attributes))
+    inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+              for name, value in feeds.items()]
     tiny = helper.make_model(
-        helper.make_graph(nodes, "verify", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_nchw.shape)],
-                          [helper.make_tensor_value_info(result, TensorProto.FLOAT, None)], initializers),
+        helper.make_graph(nodes, "verify", inputs, [helper.make_tensor_value_info(result, TensorProto.FLOAT, None)]),
         opset_imports=[helper.make_opsetid("", VERIFY_OPSET)])
-    return np.asarray(ReferenceEvaluator(tiny, new_ops=reference_ops()).run(None, {"x": x_nchw})[0])
+    return np.asarray(ReferenceEvaluator(tiny, new_ops=reference_ops()).run(None, feeds)[0])

@@ -171,6 +171,42 @@ def _check_external_data(model, path):
                                   f"{status.st_size}")
 
 
+#: External tensors up to this size are read in before shape inference (shape constants for data
+#: propagation); larger ones only once it is done.
+SMALL_EXTERNAL_BYTES = 1 << 20
+
+
+def _read_external_data(model, folder, max_bytes=None):
+    """Read the external data of ``model``'s tensors (checked by :func:`_check_external_data`) into
+    them, as ``onnx.load`` does; with ``max_bytes``, only of tensors of at most that many bytes."""
+    from onnx import TensorProto, external_data_helper, helper
+
+    for tensor in _external_tensors(model):
+        if max_bytes is not None:
+            itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            if itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64)) > max_bytes:
+                continue
+        external_data_helper.load_external_data_for_tensor(tensor, str(folder))
+        tensor.data_location = TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+
+def _initializer_arrays(model) -> dict:
+    from onnx import numpy_helper
+
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _with_shapes_of(full, inferred):
+    """``full`` (the model with its weights) given the graph inputs, outputs and value_info of
+    ``inferred`` (the same graph, shape-inferred without its large weights); changed in place."""
+    for name in ("input", "output", "value_info"):
+        field_of_full = getattr(full.graph, name)
+        del field_of_full[:]
+        field_of_full.extend(getattr(inferred.graph, name))
+    return full
+
+
 def _inferred(model, fixed):
     """The model shape-inferred (strict, with data propagation), with the graph inputs of ``fixed``
     given those shapes (None keeps a dimension symbolic)."""
@@ -241,11 +277,9 @@ class Skipped:
 class OnnxGraph:
     """An ONNX model with its constants, static shapes, producers and consumers indexed."""
 
-    def __init__(self, model, path):
-        from onnx import numpy_helper
-
+    def __init__(self, model, path, initializers=None):
         self.path, self.model, self.graph = Path(path), model, model.graph
-        self.initializers = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        self.initializers = _initializer_arrays(model) if initializers is None else initializers
         self.shapes, self.elem_types = {}, {}
         for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
             tensor_type = info.type.tensor_type
@@ -290,9 +324,16 @@ class OnnxGraph:
         except Exception as error:  # onnx raises DecodeError, ...
             raise ConversionError(f"cannot read {path} as an ONNX model: {_error_text(error)}") from None
         _check_external_data(model, path)
+        # Checked from its file, and shape-inferred with only the small external tensors read in (shapes
+        # for data propagation): onnx serializes a model for both, and one with its weights may be over
+        # protobuf's 2 GiB. The weights are read once, into `full`, which takes the inferred shapes.
         try:
-            onnx.load_external_data_for_model(model, str(path.parent))
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(str(path))   # given the path, it finds external data beside the model
+            _read_external_data(model, path.parent, max_bytes=SMALL_EXTERNAL_BYTES)
+            full = onnx.ModelProto()
+            full.CopyFrom(model)
+            _read_external_data(full, path.parent)
+            initializers = _initializer_arrays(full)
         except Exception as error:  # onnx raises ValidationError, InferenceError, OSError, ...
             raise ConversionError(f"cannot read {path} as an ONNX model: {_error_text(error)}") from None
         inputs = {i.name: i for i in model.graph.input
@@ -309,7 +350,7 @@ class OnnxGraph:
             for name in searched:
                 fixed[name] = tuple(size if v is None and axis else v for axis, v in enumerate(declared[name]))
             try:
-                graph = cls(_inferred(model, fixed), path)
+                graph = cls(_with_shapes_of(full, _inferred(model, fixed)), path, initializers)
             except Exception as error:   # InferenceError, ValidationError, ...
                 first_error = first_error or error
                 continue

@@ -267,16 +267,30 @@ def _rewritten_model(model, layers):
     return copy, [layer["name"] for layer in layers if layer["name"] not in found]
 
 
-def onnxruntime_rejection(model):
-    """Why onnxruntime refuses to load ``model`` (one line), or None: it loads it, or onnxruntime is not
-    installed. A model it refuses (an unknown opset, integer Conv weights, ...) is not a valid ONNX model
-    for any runtime, whatever onnx.reference makes of it."""
+def _onnxruntime_session(graph):
+    """An onnxruntime session of ``graph``'s model: from memory, or from its file (with its external
+    data, already checked) when it is too large to serialize."""
+    import onnxruntime
+
+    from google.protobuf.message import EncodeError
+
     try:
-        import onnxruntime
+        source = graph.model.SerializeToString()
+    except EncodeError:   # over 2 GiB
+        source = str(graph.path)
+    return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_rejection(graph):
+    """Why onnxruntime refuses to load ``graph``'s model (one line), or None: it loads it, or onnxruntime
+    is not installed. A model it refuses (an unknown opset, integer Conv weights, ...) is not a valid
+    ONNX model for any runtime, whatever onnx.reference makes of it."""
+    try:
+        import onnxruntime  # noqa: F401
     except ImportError:
         return None
     try:
-        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        _onnxruntime_session(graph)
     except Exception as error:   # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
         # "[ONNXRuntimeError] : 1 : FAIL : /src/file.h:46 void f(...) The message.": the message
         text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", _first_line(error))
@@ -285,15 +299,14 @@ def onnxruntime_rejection(model):
     return None
 
 
-def _onnxruntime_outputs(model, feeds, notes):
+def _onnxruntime_outputs(graph, feeds, notes):
     try:
-        import onnxruntime
+        import onnxruntime  # noqa: F401
     except ImportError:
         notes.append("onnxruntime is not installed: compared with onnx.reference only")
         return None
     try:
-        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        return session.run(None, feeds)
+        return _onnxruntime_session(graph).run(None, feeds)
     except Exception as error:   # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
         notes.append(f"onnxruntime could not run the model ({type(error).__name__}: "
                      f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); "
@@ -366,7 +379,7 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True,
         if use_mpscnn:
             check.notes.append(f"mpscnn_model run: {on_mpscnn} of {len(layers)} layers on the MPSCNN model "
                                "with the MPSCNN files, the others on fastdeconv")
-    ort = _onnxruntime_outputs(graph.model, feeds, check.notes)
+    ort = _onnxruntime_outputs(graph, feeds, check.notes)
     for index, name in enumerate(graph.graph_outputs):
         reference = np.asarray(expected[index])
         errors = {}

@@ -19,7 +19,9 @@ from fastdeconv.convert import verify_directory
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx_helpers import run_convert, save_model  # noqa: E402
+from onnx_helpers import f32, read_manifest, run_convert, save_model  # noqa: E402
+
+from fastdeconv.convert.graph import SMALL_EXTERNAL_BYTES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -241,6 +243,33 @@ def test_external_data_inside_the_folder_converts(tmp_path, capsys):
     assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
     saved = np.fromfile(tmp_path / "out" / "conv_weight.dat", "<f4")
     assert np.array_equal(saved, _weight().transpose(0, 2, 3, 1).ravel())
+
+
+def test_all_tensors_external_with_dynamic_sizes_convert(tmp_path, capsys):
+    """Every tensor in one external file, the Reshape's shape included, a weight over the 1 MiB that is
+    read in before shape inference: the model is checked and shape-inferred without its large weights
+    (a model with them may be over protobuf's 2 GiB), and converts and verifies with them."""
+    rng = np.random.default_rng(3)
+    big, small = f32(rng, 128, 128, 5, 5, scale=0.05), f32(rng, 4, 128, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "big"], ["a"], name="big_conv", pads=[2, 2, 2, 2]),
+             helper.make_node("Reshape", ["a", "shape"], ["b"], name="reshape"),
+             helper.make_node("Conv", ["b", "small"], ["y"], name="small_conv", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "h", "w"])],
+        [numpy_helper.from_array(big, "big"), numpy_helper.from_array(small, "small"),
+         numpy_helper.from_array(np.array([1, 128, 0, -1], np.int64), "shape")])
+    model = tmp_path / "model" / "m.onnx"
+    model.parent.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model),
+              save_as_external_data=True, all_tensors_to_one_file=True, location="data.bin", size_threshold=0)
+    assert big.nbytes > SMALL_EXTERNAL_BYTES
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
+    manifest = read_manifest(tmp_path / "out")
+    assert [layer["name"] for layer in manifest["layers"]] == ["big_conv", "small_conv"]
+    assert manifest["verification"]["network"]["status"] == "passed"
+    saved = np.fromfile(tmp_path / "out" / manifest["layers"][0]["files"]["weight"], "<f4")
+    assert np.array_equal(saved, big.transpose(0, 2, 3, 1).ravel())
 
 
 @pytest.mark.parametrize("case, message", [
