@@ -134,7 +134,7 @@ def _add_convert(commands):
     convert = commands.add_parser(
         "convert", help="convert an ONNX model's conv layers to MPS weight files, verified",
         usage="%(prog)s [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
-              "[--input-shape NAME:N,C,H,W ...] [--max-verify-elements N] [MODEL.onnx] OUTDIR",
+              "[--input-shape NAME:N,C,H,W ...] [--max-verify-elements N] [--traceback] [MODEL.onnx] OUTDIR",
         description=_CONVERT_DESCRIPTION, epilog=_CONVERT_EPILOG.format(exit_codes=EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     # One list: argparse cannot express an optional positional before a required one.
@@ -159,6 +159,8 @@ def _add_convert(commands):
                          help=f"the most elements any tensor of the checks may have (default "
                               f"{DEFAULT_VERIFY_ELEMENTS:,}, 16 MiB of float32): a layer over it is verified on a "
                               "smaller input, and the whole network is not run")
+    convert.add_argument("--traceback", action="store_true",
+                         help="on an unexpected error (a bug), print the Python traceback instead of one line")
 
 
 def main(argv=None, prog="fastdeconv") -> int:
@@ -188,7 +190,8 @@ def main(argv=None, prog="fastdeconv") -> int:
     from .convert.converter import main as convert_main
 
     return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model,
-                        input_shapes=args.input_shape, max_verify_elements=args.max_verify_elements)
+                        input_shapes=args.input_shape, max_verify_elements=args.max_verify_elements,
+                        traceback=args.traceback)
 
 
 def _dask_demo(argv, prog) -> int:

@@ -100,10 +100,11 @@ EXIT_CODES = """\
 exit codes:
   0  converted and verified; OUTDIR written
   1  bad input (a missing or unreadable model, an invalid layer), a layer or the network does not match,
-     or --verify-model on a model onnx.reference cannot run; nothing written
+     --verify-model on a model onnx.reference cannot run, or an unexpected error (a bug: the error line
+     names it, --traceback prints where it happened); nothing written
   2  usage error, a node that would be skipped or a model onnxruntime refuses under --strict (nothing
      written), or onnx not installed
-  128 + N  stopped by signal N (SIGTERM, SIGHUP); nothing written"""
+  128 + N  stopped by signal N (SIGTERM, SIGHUP; 130 for Ctrl-C); nothing written"""
 _CONV_OPS = CONV_OPS
 
 
@@ -196,9 +197,12 @@ def _network_setting(verify_model):
 # --------------------------------------------------------------------------------------------------------
 
 def main(paths: list[str], force: bool = False, strict: bool = False, verify_model: bool | None = None,
-         input_shapes: list[str] | None = None, max_verify_elements: int = DEFAULT_VERIFY_ELEMENTS) -> int:
+         input_shapes: list[str] | None = None, max_verify_elements: int = DEFAULT_VERIFY_ELEMENTS,
+         traceback: bool = False) -> int:
     """``fastdeconv convert [--force] [--strict] [--[no-]verify-model] [--input-shape NAME:N,C,H,W ...]
-    [MODEL.onnx] OUTDIR``; returns the exit code (see :data:`EXIT_CODES`)."""
+    [--max-verify-elements N] [--traceback] [MODEL.onnx] OUTDIR``; returns the exit code (see
+    :data:`EXIT_CODES`). An exception that is not a :class:`ConversionError` is one error line naming it
+    (with ``traceback``, re-raised), as the staging folder is removed either way."""
     try:
         import onnx  # noqa: F401
         import onnx.reference  # noqa: F401 - onnx without its reference evaluator is not enough
@@ -222,6 +226,15 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
         return _error(error, 2)
     except ConversionError as error:
         return _error(error, 1)
+    except KeyboardInterrupt:
+        return _error(f"interrupted; nothing was written to {outdir}", 128 + signal.SIGINT)
+    except Exception as error:   # a bug, or memory exhausted: one line, the traceback on request
+        if traceback:
+            raise
+        text = str(error).strip().splitlines()
+        return _error(f"converting {model_path} failed unexpectedly ({type(error).__name__}"
+                      f"{': ' + text[0] if text else ''}); nothing was written to {outdir}. Run again with "
+                      "--traceback to see where, and please report it with the model", 1)
     print(format_table(result.layers))
     if result.network is not None:
         for line in result.network.lines():

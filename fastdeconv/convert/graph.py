@@ -40,6 +40,18 @@ def _shape_text(shape) -> str:
     return "?" if shape is None else "x".join("?" if v is None else str(v) for v in shape)
 
 
+def _type_name(value) -> str:
+    """The ONNX element type of a constant's numpy array, as a phrase ("STRING values")."""
+    from onnx import helper
+
+    if value.dtype.kind in "OUS":
+        return "STRING values"
+    try:
+        return f"{helper.tensor_dtype_to_string(helper.np_dtype_to_tensor_dtype(value.dtype))[len('TensorProto.'):]} values"
+    except (KeyError, ValueError, TypeError):
+        return f"{value.dtype} values"
+
+
 def _error_text(error) -> str:
     if isinstance(error, str):
         return error
@@ -578,10 +590,16 @@ class OnnxGraph:
         if weight is None:
             return (f"its weight {conv.input[1] if len(conv.input) > 1 else ''!r} is not constant (not an "
                     "initializer, a Constant, or an Identity/Cast/Reshape of one)")
+        if weight.dtype.kind not in "fiu":
+            return f"its weight {conv.input[1]!r} holds {_type_name(weight)}, not numbers"
         if weight.ndim != 4:
             return f"its weight has shape {weight.shape}: only 2-D convolutions (4-D weights) are converted"
-        if len(conv.input) > 2 and conv.input[2] and self.constant(conv.input[2]) is None:
-            return f"its bias {conv.input[2]!r} is not constant"
+        if len(conv.input) > 2 and conv.input[2]:
+            bias = self.constant(conv.input[2])
+            if bias is None:
+                return f"its bias {conv.input[2]!r} is not constant"
+            if bias.dtype.kind not in "fiu":
+                return f"its bias {conv.input[2]!r} holds {_type_name(bias)}, not numbers"
         shape = self.shapes.get(conv.input[0])
         if not _static_image(shape):
             return (f"its input {conv.input[0]!r} has no static NCHW shape (C, H, W known), got "
@@ -638,6 +656,9 @@ class OnnxGraph:
             if index >= len(batchnorm.input) or self.constant(batchnorm.input[index]) is None:
                 name = batchnorm.input[index] if index < len(batchnorm.input) else ""
                 return f"its {what} {name!r} is not constant"
+            if self.constant(batchnorm.input[index]).dtype.kind != "f":
+                value = self.constant(batchnorm.input[index])
+                return f"its {what} {batchnorm.input[index]!r} holds {_type_name(value)}, not floating-point numbers"
         return None
 
     def _activation_constants(self, node) -> bool:

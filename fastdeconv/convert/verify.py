@@ -64,12 +64,20 @@ def layer_runner(transposed, weight, bias, arguments):
     return (ConvTranspose2d if transposed else Conv2d)(weight, bias, **arguments)
 
 
+def _numeric(value) -> bool:
+    return value.dtype.kind in "biuf"
+
+
 def max_error(actual, expected) -> float:
     """max |actual − expected| in float64; inf for a shape mismatch; equal values (the same infinity
-    included) and NaN where both are NaN count 0."""
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    included) and NaN where both are NaN count 0. Values that are not numbers (a STRING output) are
+    compared exactly: 0 when equal, else inf."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.shape != expected.shape:
         return float("inf")
+    if not (_numeric(actual) and _numeric(expected)):
+        return 0.0 if np.array_equal(actual, expected) else float("inf")
+    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
     if actual.size == 0:
         return 0.0
     same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
@@ -79,7 +87,12 @@ def max_error(actual, expected) -> float:
 
 
 def tolerance_for(expected) -> float:
-    expected = np.asarray(expected, np.float64)
+    """The network check's tolerance for an output: relative to its largest finite value; 0 for values
+    that are not numbers."""
+    expected = np.asarray(expected)
+    if not _numeric(expected):
+        return 0.0
+    expected = expected.astype(np.float64)
     finite = expected[np.isfinite(expected)]
     return RELATIVE_TOLERANCE * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
 
@@ -142,7 +155,11 @@ class NetworkCheck:
     def worst(self):
         """(largest error, its tolerance) over outputs and comparisons, or None."""
         pairs = [(e, o["tolerance"]) for o in self.outputs for e in o["max_error"].values() if e is not None]
-        return max(pairs, key=lambda p: p[0] / p[1]) if pairs else None
+        def relative(pair):   # an exact comparison (tolerance 0) either matches or is the worst
+            error, tolerance = pair
+            return error / tolerance if tolerance > 0 else (0.0 if error == 0 else float("inf"))
+
+        return max(pairs, key=relative) if pairs else None
 
     def entry(self) -> dict:
         return {"status": self.status, "reason": self.reason, "seed": self.seed,

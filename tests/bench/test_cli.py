@@ -101,7 +101,8 @@ def test_convert_help_states_the_one_form_the_default_model_outputs_and_exit_cod
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: fastdeconv convert [-h] [--force] [--strict] [--verify-model | --no-verify-model] "
-                           "[--input-shape NAME:N,C,H,W ...] [--max-verify-elements N] [MODEL.onnx] OUTDIR\n")
+                           "[--input-shape NAME:N,C,H,W ...] [--max-verify-elements N] [--traceback] [MODEL.onnx] "
+                           "OUTDIR\n")
     assert "[[MODEL.onnx] OUTDIR ...]" not in text
     assert "default_decoder.onnx" in text and "output" in text.split("positional arguments:")[1]
     for word in ("NAME_weight.dat", "NAME_mpscnn_weight.dat", "manifest.json", "--strict", "--input-shape", "exit codes:",

@@ -370,3 +370,65 @@ def test_max_verify_elements_must_be_a_positive_integer(tmp_path, model, capsys,
         run_convert("--max-verify-elements", value, model, tmp_path / "out")
     assert exit_info.value.code == 2
     assert f"--max-verify-elements must be a whole number > 0, got {value!r}" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- STRING tensors, unexpected errors
+
+def test_a_string_weight_is_skipped_with_its_type_named(tmp_path, capsys):
+    weight = helper.make_tensor("w", TensorProto.STRING, [2, 2, 3, 3], [b"x"] * 36)
+    graph = helper.make_graph([_conv()], "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])], [weight])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    assert run_convert(model, tmp_path / "out") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("warning: onnxruntime refuses to load") and "tensor(string)" in err[0], err
+    assert len(err) == 2 and err[1].startswith("error: "), err
+    assert "node 'conv' (Conv): its weight 'w' holds STRING values, not numbers" in err[1], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_string_output_is_compared_exactly(tmp_path, capsys):
+    """A model that also returns labels (a STRING tensor): the network check compares them for equality
+    instead of converting them to float."""
+    labels = helper.make_tensor("labels", TensorProto.STRING, [2], [b"cat", b"dog"])
+    nodes = [_conv(), helper.make_node("Identity", ["labels"], ["names"], name="names")]
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6]),
+         helper.make_tensor_value_info("names", TensorProto.STRING, [2])],
+        [numpy_helper.from_array(_weight(), "w"), labels])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    assert run_convert(model, tmp_path / "out") == 0, capsys.readouterr().err
+    outputs = read_manifest(tmp_path / "out")["verification"]["network"]["outputs"]
+    names = next(o for o in outputs if o["name"] == "names")
+    assert names["tolerance"] == 0.0 and set(names["max_error"].values()) == {0.0}
+
+
+@pytest.mark.parametrize("raised, code, words", [
+    (RuntimeError("boom\nsecond line"), 1, ["failed unexpectedly (RuntimeError: boom)", "--traceback",
+                                            "nothing was written"]),
+    (MemoryError(), 1, ["failed unexpectedly (MemoryError)"]),
+    (KeyboardInterrupt(), 130, ["interrupted; nothing was written"]),
+])
+def test_an_unexpected_error_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch, raised, code, words):
+    """An exception the converter does not expect (a bug, memory exhausted, Ctrl-C) while a layer is
+    being written: one error line, the staging folder removed; --traceback re-raises a bug's."""
+    from fastdeconv.convert import converter
+
+    model = save_model(tmp_path / "m.onnx", [_conv()], {"w": _weight()}, {"x": [1, 2, 6, 6]}, {"y": [1, 2, 6, 6]})
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(converter, "_fold", fail)
+    assert run_convert(model, tmp_path / "out") == code
+    line = _one_error_line(capsys)
+    assert all(word in line for word in words), line
+    assert "second line" not in line
+    assert not (tmp_path / "out").exists() and _hidden(tmp_path) == []
+    if code == 1:
+        with pytest.raises(type(raised)):
+            run_convert("--traceback", model, tmp_path / "out")
+        assert not (tmp_path / "out").exists() and _hidden(tmp_path) == []
