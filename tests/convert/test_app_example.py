@@ -16,7 +16,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _example() -> str:
-    found = re.search(r"<!-- app-example -->\n```python\n(.*?)```\n<!-- /app-example -->", README.read_text(), re.S)
+    if not README.is_file():
+        pytest.skip("needs the source tree (README.md)")
+    found = re.search(r"<!-- app-example -->\n```python\n(.*?)```\n<!-- /app-example -->",
+                      README.read_text(encoding="utf-8"), re.S)
     assert found, "the README's app example (between <!-- app-example --> markers) is missing"
     return found.group(1)
 
