@@ -77,6 +77,7 @@ from .graph import (
 from .verify import (
     RELATIVE_TOLERANCE,  # noqa: F401 - fastdeconv.convert.RELATIVE_TOLERANCE
     NetworkCheck,
+    _first_line,
     layer_runner,
     max_error,
     onnxruntime_rejection,
@@ -231,10 +232,10 @@ def main(paths: list[str], force: bool = False, strict: bool = False, verify_mod
     except Exception as error:   # a bug, or memory exhausted: one line, the traceback on request
         if traceback:
             raise
-        text = str(error).strip().splitlines()
+        text = str(error).strip()
         return _error(f"converting {model_path} failed unexpectedly ({type(error).__name__}"
-                      f"{': ' + text[0] if text else ''}); nothing was written to {outdir}. Run again with "
-                      "--traceback to see where, and please report it with the model", 1)
+                      f"{': ' + _first_line(error) if text else ''}); nothing was written to {outdir}. Run "
+                      "again with --traceback to see where, and please report it with the model", 1)
     print(format_table(result.layers))
     if result.network is not None:
         for line in result.network.lines():

@@ -141,6 +141,11 @@ def _external_tensors(model):
     return found
 
 
+def _tensor_bytes(tensor, itemsize) -> int:
+    """Bytes of a TensorProto's data: its element count times ``itemsize``."""
+    return itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64))
+
+
 def _check_external_data(model, path):
     """Refuse external data that onnx would read from outside the model's folder (an absolute or ``..``
     location, a symbolic link anywhere on the way, a file with several hard links) or past a file's end,
@@ -174,7 +179,7 @@ def _check_external_data(model, path):
         except (ValueError, TypeError, KeyError):
             raise ConversionError(f"{where} with offset {info.get('offset')!r}, length {info.get('length')!r} and "
                                   f"data type {tensor.data_type}, which cannot be read") from None
-        needed = itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64))
+        needed = _tensor_bytes(tensor, itemsize)
         if length is not None and length != needed:
             raise ConversionError(f"{where} with length {length}, but its shape {list(tensor.dims)} needs {needed} "
                                   "bytes")
@@ -194,10 +199,9 @@ def _read_external_data(model, folder, max_bytes=None):
     from onnx import TensorProto, external_data_helper, helper
 
     for tensor in _external_tensors(model):
-        if max_bytes is not None:
-            itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-            if itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64)) > max_bytes:
-                continue
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        if max_bytes is not None and _tensor_bytes(tensor, itemsize) > max_bytes:
+            continue
         external_data_helper.load_external_data_for_tensor(tensor, str(folder))
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
@@ -653,12 +657,12 @@ class OnnxGraph:
         if len([o for o in batchnorm.output if o]) > 1:
             return "its running mean/var outputs are used (only inference mode can be folded)"
         for index, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")):
-            if index >= len(batchnorm.input) or self.constant(batchnorm.input[index]) is None:
-                name = batchnorm.input[index] if index < len(batchnorm.input) else ""
+            name = batchnorm.input[index] if index < len(batchnorm.input) else ""
+            value = self.constant(name)
+            if value is None:
                 return f"its {what} {name!r} is not constant"
-            if self.constant(batchnorm.input[index]).dtype.kind != "f":
-                value = self.constant(batchnorm.input[index])
-                return f"its {what} {batchnorm.input[index]!r} holds {_type_name(value)}, not floating-point numbers"
+            if value.dtype.kind != "f":
+                return f"its {what} {name!r} holds {_type_name(value)}, not floating-point numbers"
         return None
 
     def _activation_constants(self, node) -> bool:

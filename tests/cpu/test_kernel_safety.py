@@ -453,22 +453,37 @@ def test_gemm_isa_support_matches_cpu_flags():
 # ----------------------------------------------------------------------------------------------
 
 
+def _col2im_matches_reference(isa, dtype, rng, x_shape, kernel, cout, *, groups, **kwargs):
+    """col2im at 1 and 2 threads against the reference, on seeded data with sign-balanced channels."""
+    cin = x_shape[-1]
+    signs = channel_signs(cout, rng)
+    x = make_x(x_shape, dtype, rng)
+    w = make_weight_t(cin, *kernel, cout, groups, dtype, rng, signs)
+    b = make_bias(cout, dtype, rng, signs)
+    ref = fastdeconv.conv_transpose2d(x, w, b, **kwargs, groups=groups, backend="reference")
+    for threads in (1, 2):
+        with threaded(threads):
+            got = fastdeconv.conv_transpose2d(x, w, b, **kwargs, groups=groups, algorithm="col2im")
+        assert_close(got, ref, dtype, kernel[0] * kernel[1] * cin // groups, isa=isa, threads=threads)
+
+
+def _peak_rss_growth(script, threads):
+    """Run ``script`` (it prints the peak-RSS growth of its call and the bytes it must hold) with
+    ``threads``; the two numbers."""
+    done = subprocess.run([sys.executable, "-c", script, str(threads)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    grown, needed = map(int, done.stdout.split())
+    return grown, needed
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("stride, dilation, groups", [(1, 1, 1), (3, 2, 2), (2, 1, 4)])
 def test_col2im_row_pieces_match_reference(isa_path, dtype, stride, dilation, groups):
     """kH*kW*C_out/g = 5*7*64 elements per pixel: the 1 MiB buffer holds fewer than W = 300 pixels."""
     rng = np.random.default_rng(9)
     cin, cout = 4, 64 * groups
-    signs = channel_signs(cout, rng)
-    x = make_x((2, 3, 300, cin), dtype, rng)
-    w = make_weight_t(cin, 5, 7, cout, groups, dtype, rng, signs)
-    b = make_bias(cout, dtype, rng, signs)
-    kwargs = dict(stride=stride, padding=(2, 3), dilation=dilation, groups=groups)
-    ref = fastdeconv.conv_transpose2d(x, w, b, **kwargs, backend="reference")
-    for threads in (1, 2):
-        with threaded(threads):
-            got = fastdeconv.conv_transpose2d(x, w, b, **kwargs, algorithm="col2im")
-        assert_close(got, ref, dtype, 5 * 7 * cin, isa=isa_path, threads=threads)
+    _col2im_matches_reference(isa_path, dtype, rng, (2, 3, 300, cin), (5, 7), cout,
+                              stride=stride, padding=(2, 3), dilation=dilation, groups=groups)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -484,16 +499,8 @@ def test_col2im_column_blocks_match_reference(isa_path, dtype, cin, cog, kernel,
     the scatter run over blocks of whole packed panels."""
     rng = np.random.default_rng(10)
     cin, cout = cin * groups, cog * groups
-    signs = channel_signs(cout, rng)
-    x = make_x((2, 5, 6, cin), dtype, rng)
-    w = make_weight_t(cin, *kernel, cout, groups, dtype, rng, signs)
-    b = make_bias(cout, dtype, rng, signs)
-    kwargs = dict(stride=stride, padding=(1, 2), dilation=dilation, groups=groups)
-    ref = fastdeconv.conv_transpose2d(x, w, b, **kwargs, backend="reference")
-    for threads in (1, 2):
-        with threaded(threads):
-            got = fastdeconv.conv_transpose2d(x, w, b, **kwargs, algorithm="col2im")
-        assert_close(got, ref, dtype, kernel[0] * kernel[1] * cin // groups, isa=isa_path, threads=threads)
+    _col2im_matches_reference(isa_path, dtype, rng, (2, 5, 6, cin), kernel, cout,
+                              stride=stride, padding=(1, 2), dilation=dilation, groups=groups)
 
 
 _LARGE_WEIGHT = textwrap.dedent("""
@@ -517,10 +524,7 @@ _LARGE_WEIGHT = textwrap.dedent("""
 def test_col2im_workspace_does_not_grow_with_the_weight(threads):
     """w (1, 64, 64, 1024), 16 MiB, on a 7x7 input: one pixel's columns are 4M elements, and the
     column buffer was 48 pixels of them per thread (768 MiB each)."""
-    done = subprocess.run([sys.executable, "-c", _LARGE_WEIGHT, str(threads)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    grown, result_and_packed = map(int, done.stdout.split())
+    grown, result_and_packed = _peak_rss_growth(_LARGE_WEIGHT, threads)
     assert grown < result_and_packed + (48 << 20), (
         f"peak RSS grew by {grown >> 20} MiB for a {result_and_packed >> 20} MiB result and packed weight")
 
@@ -546,8 +550,5 @@ _WIDE_IMAGE = textwrap.dedent("""
 def test_col2im_workspace_does_not_grow_with_the_image(threads):
     """x (1, 4, 100000, 8), w (8, 16, 16, 4): a 29 MiB result; the column buffer was one input row
     per thread (W*kH*kW*C_out elements, 400 MiB each)."""
-    done = subprocess.run([sys.executable, "-c", _WIDE_IMAGE, str(threads)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    grown, result = map(int, done.stdout.split())
+    grown, result = _peak_rss_growth(_WIDE_IMAGE, threads)
     assert grown < result + (32 << 20), f"peak RSS grew by {grown >> 20} MiB for a {result >> 20} MiB result"
