@@ -126,7 +126,7 @@ class _Layer:
 
     def nbytes(self) -> int:
         """Bytes this layer holds: its copy of the weights and bias, and every packed copy."""
-        packed = sum(getattr(getattr(layer, "packed", None), "nbytes", 0) for layer in self._layers.values())
+        packed = sum(getattr(layer, "nbytes", 0) for layer in self._layers.values())
         return self.weight.nbytes + (0 if self.bias is None else self.bias.nbytes) + packed
 
     def _layer(self, backend, result_dtype):

@@ -9,6 +9,8 @@ the one place that decides which algorithm a layer uses.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import _cpu
@@ -104,21 +106,91 @@ def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
     return algorithm
 
 
+def rows_for_columns(geometry: ConvGeometry) -> ConvGeometry | None:
+    """The layer with its two spatial axes exchanged, when that moves no data: a 1-D layer (input and
+    output height 1, kernel height 1, no padding along H). An NHWC array of height 1 is the same
+    memory as one of width 1, and a (·, 1, kW, ·) weight the same as a (·, kW, 1, ·) one, so the layer's
+    columns become rows, which the algorithms cut between threads; None for any other layer."""
+    (h, w), (ho, wo), (kh, kw) = geometry.input_hw, geometry.output_hw, geometry.kernel_hw
+    if h != 1 or ho != 1 or kh != 1 or geometry.pad[0] != (0, 0) or (w == 1 and wo == 1):
+        return None
+    return dataclasses.replace(geometry, input_hw=(w, h), output_hw=(wo, ho), kernel_hw=(kw, kh),
+                               stride=geometry.stride[::-1], dilation=geometry.dilation[::-1],
+                               pad=geometry.pad[::-1], output_padding=geometry.output_padding[::-1])
+
+
+def _exchanged_packing(geometry: ConvGeometry) -> ConvGeometry:
+    """The geometry whose packing rows_for_columns gives this layer's 1-D inputs."""
+    return dataclasses.replace(geometry, kernel_hw=geometry.kernel_hw[::-1], stride=geometry.stride[::-1],
+                               dilation=geometry.dilation[::-1], pad=geometry.pad[::-1])
+
+
+def _exchange_axes(weight: np.ndarray) -> np.ndarray:
+    """A (·, 1, kW, ·) weight as (·, kW, 1, ·): the same memory."""
+    return weight.reshape(weight.shape[0], weight.shape[2], weight.shape[1], weight.shape[3])
+
+
+def _packing(geometry: ConvGeometry) -> tuple:
+    """What an algorithm's packed weights depend on besides the channels and groups (algorithm.h;
+    the leading pads enter only through the row and column phase tables)."""
+    return geometry.kernel_hw, geometry.stride, geometry.dilation, (geometry.pad[0][0], geometry.pad[1][0])
+
+
 class PackedLayer:
-    """One layer's weights packed for one algorithm and compute dtype; runs any input shape."""
+    """One layer's weights packed for one algorithm and compute dtype; runs any input shape.
+
+    A layer with kernel height 1 and no padding along H runs its 1-D inputs (height 1) with the axes
+    exchanged (:func:`rows_for_columns`), so that their columns thread. When that orientation packs
+    differently (any kernel but 1x1 with equal strides and dilations), its weights are packed when the
+    first input of that orientation comes, from the weight array it was given (which the backend
+    protocol makes the caller's own, unchanged copy)."""
 
     def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None):
         self.algorithm = resolve_algorithm(algorithm, geometry)
         self.dtype = _COMPUTE_DTYPE[np.dtype(dtype)]
-        self.packed = _cpu.PackedWeights(self.algorithm, np.ascontiguousarray(weight, self.dtype), geometry)
+        weight = np.ascontiguousarray(weight, self.dtype)
+        self._packs = {}   # axes exchanged (bool) -> _cpu.PackedWeights
+        # both orientations run from one packing when exchanging the axes leaves it as it is
+        self._one_packing = _packing(_exchanged_packing(geometry)) == _packing(geometry)
+        self._weight = None
+        if geometry.kernel_hw[0] == 1 and geometry.pad[0] == (0, 0) and not self._one_packing:
+            self._weight = weight   # for the orientation not packed yet (the caller's own copy: protocol.py)
+        exchanged = self._exchanged(geometry)
+        self._pack(weight, exchanged or geometry, exchanged is not None)
         # rounded to the result dtype first (float16 results: exactly as conv_transpose2d rounds it)
         self.bias = None if bias is None else np.asarray(bias, dtype=dtype).astype(self.dtype, copy=False)
         self._runners = BoundedCache(CACHE_SHAPES)   # (geometry, threads) -> _cpu.Runner
 
+    def _exchanged(self, geometry: ConvGeometry) -> ConvGeometry | None:
+        """rows_for_columns(geometry) where this layer's algorithm can run it, else None."""
+        exchanged = rows_for_columns(geometry)
+        return exchanged if exchanged is not None and supports(self.algorithm, exchanged) else None
+
+    def _pack(self, weight, geometry: ConvGeometry, exchanged: bool) -> _cpu.PackedWeights:
+        key = exchanged and not self._one_packing
+        if key not in self._packs:
+            self._packs[key] = _cpu.PackedWeights(self.algorithm, _exchange_axes(weight) if exchanged else weight,
+                                                  geometry)
+        return self._packs[key]
+
+    @property
+    def packed(self) -> _cpu.PackedWeights:
+        """The packed weights of the orientation packed first."""
+        return next(iter(self._packs.values()))
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the packed weights (both orientations, when both were needed)."""
+        return sum(p.nbytes for p in self._packs.values())
+
+    def _make_runner(self, geometry: ConvGeometry) -> _cpu.Runner:
+        exchanged = self._exchanged(geometry)
+        packed = self._pack(self._weight, exchanged or geometry, exchanged is not None)
+        return _cpu.Runner(packed, self.bias, exchanged or geometry)
+
     def runner(self, geometry: ConvGeometry) -> _cpu.Runner:
         """The runner for inputs of this geometry at the current thread count (cached)."""
-        return self._runners.get_or_make((geometry, _cpu.get_num_threads()),
-                                         lambda: _cpu.Runner(self.packed, self.bias, geometry))
+        return self._runners.get_or_make((geometry, _cpu.get_num_threads()), lambda: self._make_runner(geometry))
 
     def bind(self, geometry: ConvGeometry):
         runner, shape, dtype = self.runner(geometry), geometry.output_shape, self.dtype

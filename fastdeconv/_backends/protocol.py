@@ -15,7 +15,9 @@ A backend is an object with
   weights' contents (False for the reference, which shares no machinery with what it checks);
 * ``layer(weight, bias, dtype, geometry, algorithm=None) -> Layer``: a layer's weights prepared once
   for result dtype ``dtype`` (converted, packed or uploaded), for every input shape of the layer
-  whose ``geometry`` (any one of them) is given.
+  whose ``geometry`` (any one of them) is given. ``weight`` and ``bias`` are the caller's own copies,
+  unchanged while the layer lives (the layer objects and the Dask kernels copy the user's arrays
+  first), so a backend may keep references to them instead of copies.
 
 A *layer* has ``dtype``, the dtype it computes in (x is handed to it C-contiguous in that dtype, and
 its results come back in it), and ``bind(geometry)``, which returns ``run(x, buffer) -> y`` for

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .cases import Case, _hw, _output_hw
+
 #: What each column of the table means (``--help`` prints this; the README has the same list).
 COLUMNS_HELP = """\
 columns (times are medians of repeated calls, float32, in one process):
@@ -46,66 +48,6 @@ out (or "-" for the cases it could not run); the line under the table says which
 PEAK_SPREAD_TOLERANCE = 0.15
 #: ConvTranspose has been unchanged since opset 11; opset 13 loads in every onnxruntime of the last years.
 ORT_OPSET = 13
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    input_shape: tuple  # (N, H, W, C_in)
-    out_channels: int
-    kernel: int
-    stride: int
-    padding: int
-    output_padding: int = 0
-    dilation: int = 1
-    groups: int = 1
-    op: str = "deconv"   # "deconv": conv_transpose2d; "conv": conv2d (output_padding unused)
-
-    @property
-    def transposed(self):
-        return self.op == "deconv"
-
-    @property
-    def weight_shape(self):
-        """(C_in, k, k, C_out/g) for a transposed convolution, (C_out, k, k, C_in/g) for a convolution."""
-        c_in, c_out, k = self.input_shape[3], self.out_channels, self.kernel
-        return (c_in, k, k, c_out // self.groups) if self.transposed else (c_out, k, k, c_in // self.groups)
-
-    @property
-    def kwargs(self):
-        kwargs = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
-        return {**kwargs, "output_padding": self.output_padding} if self.transposed else kwargs
-
-    @property
-    def flops(self):
-        n, h, w, cin = self.input_shape
-        if not self.transposed:
-            h, w = _output_hw(self)
-            return 2 * n * h * w * self.out_channels * self.kernel ** 2 * cin // self.groups
-        return 2 * n * h * w * cin * self.kernel ** 2 * self.out_channels // self.groups
-
-    def arrays(self, dtype=np.float32, seed=0):
-        """x, weight, bias with a fixed seed (weights scaled by 1/sqrt(fan-in))."""
-        rng = np.random.default_rng(seed)
-        x = rng.standard_normal(self.input_shape).astype(dtype)
-        per_group = self.weight_shape[0] // self.groups if self.transposed else self.weight_shape[3]
-        w = rng.standard_normal(self.weight_shape) / np.sqrt(per_group * self.kernel ** 2)
-        b = rng.standard_normal(self.out_channels)
-        return x, w.astype(dtype), b.astype(dtype)
-
-    def functions(self):
-        """(function, layer class, reference function) of this case's operation."""
-        import fastdeconv
-
-        if self.transposed:
-            return fastdeconv.conv_transpose2d, fastdeconv.ConvTranspose2d, fastdeconv.reference.conv_transpose2d
-        return fastdeconv.conv2d, fastdeconv.Conv2d, fastdeconv.reference.conv2d
-
-    def describe(self):
-        defaults = {"output_padding": 0, "dilation": 1, "groups": 1}
-        extra = "".join(f" {k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v)
-        return (f"{self.name:<14} {self.op:<6} NHWC {self.input_shape} -> C_out {self.out_channels}, k{self.kernel} "
-                f"s{self.stride} p{self.padding}{extra}")
 
 
 SUITE = [
@@ -206,11 +148,12 @@ def _onnx_model(onnx, case, w, b):
 
     n, h, wd, cin = case.input_shape
     ho, wo = _output_hw(case)
-    k, s, p = case.kernel, case.stride, case.padding
-    extra = {"output_padding": [case.output_padding] * 2} if case.transposed else {}
+    (ph, pw) = _hw(case.padding)
+    extra = {"output_padding": list(_hw(case.output_padding))} if case.transposed else {}
     node = helper.make_node(
-        "ConvTranspose" if case.transposed else "Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p, p, p, p],
-        dilations=[case.dilation] * 2, group=case.groups, kernel_shape=[k, k], **extra)
+        "ConvTranspose" if case.transposed else "Conv", ["x", "w", "b"], ["y"], strides=list(_hw(case.stride)),
+        pads=[ph, pw, ph, pw], dilations=list(_hw(case.dilation)), group=case.groups,
+        kernel_shape=list(case.kernel_hw), **extra)
     graph = helper.make_graph(
         [node], "deconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, cin, h, wd])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, case.out_channels, ho, wo])],
@@ -312,16 +255,6 @@ class Peers:
         return "peers: " + ("; ".join(parts) if parts else "none")
 
 
-def _output_hw(case):
-    from .._params import conv2d_output_shape, conv_transpose2d_output_shape
-
-    if not case.transposed:
-        return conv2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride, case.padding,
-                                   case.dilation)
-    return conv_transpose2d_output_shape(case.input_shape[1:3], (case.kernel, case.kernel), case.stride,
-                                         case.padding, case.output_padding, case.dilation)
-
-
 # --------------------------------------------------------------------------------------------------------
 # The sgemm peak
 # --------------------------------------------------------------------------------------------------------
@@ -411,17 +344,19 @@ def _relative_error(y, ref):
     return float(np.max(np.abs(np.asarray(y).astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
 
 
-def measure_case(case, threads, seconds=0.5, peers=True):
+def measure_case(case, threads, seconds=0.5, peers=True, candidates=False):
     """Times (s) and errors for one case: ours (function and plan) and the peers that run.
 
-    ``peers`` is True (load them here), False, or a :class:`Peers`.
+    ``peers`` is True (load them here), False, or a :class:`Peers`. With ``candidates``, every
+    algorithm able to run the layer is timed through a plan too (row["candidates"]: name -> seconds).
     """
     if peers is True:
         peers = Peers()
     function, layer_class, reference = case.functions()
     x, w, b = case.arrays()
     ref = reference(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **case.kwargs)
-    row = {"case": case.name, "gflop": case.flops / 1e9, "mbytes": _case_bytes(case) / 1e6}
+    row = {"case": case.name, "gflop": case.flops / 1e9, "mbytes": _case_bytes(case) / 1e6,
+           "description": case.describe()[len(case.name):].strip()}
     out = function(x, w, b, **case.kwargs)
     row["max_rel_err"] = _relative_error(out, ref)
     row["fastdeconv_s"] = median_seconds(lambda: function(x, w, b, **case.kwargs), seconds)
@@ -429,9 +364,65 @@ def measure_case(case, threads, seconds=0.5, peers=True):
     row["plan_max_rel_err"] = _relative_error(plan(x), ref)
     row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
     row["algorithm"] = plan.algorithm
+    if candidates:
+        row["candidates"] = _time_candidates(case, layer_class, x, w, b, out, ref, seconds)
     if peers:
         peers.measure(row, case, x, w, b, ref, threads, seconds)
     return row
+
+
+def _time_candidates(case, layer_class, x, w, b, out, ref, seconds):
+    """Plan seconds of every algorithm that can run the case (a wrong result is an error)."""
+    from .._backends.cpu import algorithms, supports
+    from .._params import resolve_conv2d, resolve_conv_transpose2d
+
+    resolve = resolve_conv_transpose2d if case.transposed else resolve_conv2d
+    geometry = resolve(x.shape, w.shape, **case.kwargs)
+    times = {}
+    for name in algorithms(case.transposed):
+        if not supports(name, geometry):
+            continue
+        plan = layer_class(w, b, **case.kwargs, algorithm=name)
+        error = _relative_error(plan(x), ref)
+        if error > 1e-4:
+            raise AssertionError(f"case {case.name}: algorithm {name} differs from the reference by {error:.2e}")
+        times[name] = median_seconds(lambda: plan(x, out=out), seconds)
+    return times
+
+
+def _peer_ratio(row):
+    """The faster peer's time / our plan time, or None when no peer ran."""
+    present = [row[f"{s.key}_s"] for s in PEERS if f"{s.key}_s" in row]
+    return min(present) / row["plan_s"] if present else None
+
+
+def field_summary(rows, worst=10):
+    """Lines summarising a suite: min / p10 / median / geomean of × the faster peer (plan), fn/plan, the
+    automatic choice against the fastest candidate (when timed), and the `worst` layers."""
+    from .field import summary
+
+    lines = []
+    ratios = [(r, _peer_ratio(r)) for r in rows]
+    ratios = [(r, x) for r, x in ratios if x is not None]
+    if ratios:
+        stats = summary([x for _, x in ratios])
+        lines.append("× the faster peer (plan): " + ", ".join(
+            f"{k} {v:.2f}" if k != "layers" else f"{v} layers" for k, v in stats.items()))
+    fn_plan = summary([r["fastdeconv_s"] / r["plan_s"] for r in rows])
+    lines.append(f"function / plan: median {fn_plan['median']:.2f}, max {max(r['fastdeconv_s'] / r['plan_s'] for r in rows):.2f}")
+    timed = [r for r in rows if r.get("candidates")]
+    if timed:
+        within = sum(1 for r in timed if r["plan_s"] <= 1.10 * min(r["candidates"].values()))
+        lines.append(f"automatic choice within 10 % of the fastest algorithm: {within} of {len(timed)} layers")
+    if ratios:
+        lines.append(f"the {min(worst, len(ratios))} worst layers (× the faster peer, our algorithm):")
+        for r, x in sorted(ratios, key=lambda item: item[1])[:worst]:
+            best = ""
+            if r.get("candidates"):
+                name = min(r["candidates"], key=r["candidates"].get)
+                best = f"; fastest candidate {name} {r['candidates'][name] * 1e3:.3f} ms"
+            lines.append(f"  {x:5.2f}×  {r['case']:<14} {r['algorithm']:<10} {r['description']}{best}")
+    return lines
 
 
 def _table(rows, threads, peak):
@@ -500,23 +491,35 @@ def format_table(rows, threads, peak=None, peers_line="", style="text"):
     return "\n".join(line.rstrip() for line in lines)
 
 
+def suite_cases(suite="all"):
+    """The cases of ``suite``: "deconv", "conv", "all" (both) or "field" (:mod:`.field`, drawn with its
+    default seed)."""
+    if suite == "field":
+        from .field import field_suite
+
+        return field_suite()
+    return list(SUITE) + list(CONV_SUITE) if suite == "all" else list(SUITES[suite])
+
+
 def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
-              stdout=None, stderr=None, suite="all") -> int:
-    """Run the suites (``suite`` "deconv", "conv" or "all") or the named cases and print the results, one
-    table per operation; returns the exit status (1 when a result is wrong). ``threads`` 0 or None:
-    fastdeconv's default."""
+              stdout=None, stderr=None, suite="all", candidates=False) -> int:
+    """Run a suite (``suite`` "deconv", "conv", "all" or "field", see :func:`suite_cases`) or the named
+    cases of it and print the results, one table per operation, then a summary (:func:`field_summary`)
+    for the field suite; returns the exit status (1 when a result is wrong). ``threads`` 0 or None:
+    fastdeconv's default. ``candidates``: also time every algorithm that can run each case."""
     import fastdeconv
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    unknown = [name for name in cases or [] if name not in CASES]
+    pool = {case.name: case for case in suite_cases(suite)} if suite == "field" else CASES
+    unknown = [name for name in cases or [] if name not in pool]
     if unknown:
-        print(f"unknown case {unknown[0]!r}; choose from {', '.join(CASES)}", file=stderr)
+        print(f"unknown case {unknown[0]!r}; choose from {', '.join(pool)}", file=stderr)
         return 2
     if cases:
-        selected = [CASES[name] for name in dict.fromkeys(cases)]
+        selected = [pool[name] for name in dict.fromkeys(cases)]
     else:
-        selected = list(SUITE) + list(CONV_SUITE) if suite == "all" else list(SUITES[suite])
+        selected = suite_cases(suite)
     previous = fastdeconv.get_num_threads()
     if threads:
         fastdeconv.set_num_threads(threads)
@@ -534,7 +537,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
             for i, case in enumerate(selected, 1):
                 if stderr.isatty():
                     print(f"\r[{i}/{len(selected)}] {case.name:<14}", end="", file=stderr, flush=True)
-                rows.append(measure_case(case, threads, seconds, peer_set))
+                rows.append(measure_case(case, threads, seconds, peer_set, candidates))
             if stderr.isatty():
                 print("\r" + " " * 40 + "\r", end="", file=stderr)
         finally:
@@ -548,7 +551,8 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     result = {"fastdeconv": fastdeconv.__version__, "threads": threads, "seconds_per_cell": seconds,
               "sgemm_peak_gflops": peak.gflops, "sgemm_measurements_gflops": peak.measurements,
               "sgemm_peak_noisy": peak.noisy, "note": peak.note, "peers": peer_set.status,
-              "cases": [asdict(c) for c in selected], "rows": rows}
+              "cases": [asdict(c) for c in selected], "rows": rows,
+              "summary": field_summary(rows) if rows else []}
     if output_format == "json":
         print(json.dumps(result, indent=1), file=stdout)
     else:
@@ -559,7 +563,8 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
             if op_rows:
                 tables.append(f"{'## ' if output_format == 'markdown' else ''}{title}\n"
                               + format_table(op_rows, threads, peak, style=output_format))
-        print("\n\n".join(tables) + "\n" + peer_set.summary(), file=stdout)
+        summary = "\n" + "\n".join(field_summary(rows)) if suite == "field" or candidates else ""
+        print("\n\n".join(tables) + summary + "\n" + peer_set.summary(), file=stdout)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)

@@ -27,7 +27,8 @@ PATHS = {
                            "max_error", "reference_ops", "tolerance_for"],
     "fastdeconv.bench": ["CASES", "SUITE", "CONV_SUITE", "SUITES", "Case", "run_bench", "measure_case",
                          "median_seconds", "PEERS", "PeerSpec", "Peers", "Peak", "format_table",
-                         "sgemm_gflops", "PEAK_SPREAD_TOLERANCE", "ORT_OPSET", "COLUMNS_HELP"],
+                         "sgemm_gflops", "PEAK_SPREAD_TOLERANCE", "ORT_OPSET", "COLUMNS_HELP", "suite_cases",
+                         "field_suite", "field_summary", "FAMILIES"],
     "fastdeconv.__main__": ["main", "build_parser"],
 }
 
