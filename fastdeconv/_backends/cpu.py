@@ -49,11 +49,13 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
-    * few outputs per group (C_out/groups < 8) with a wider kernel: "col2im". The phase GEMM's
+    * few outputs per group (C_out/groups < 8) with a wider kernel, or a kernel equal to the stride
+      (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
-    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1) and
-      enough channels (C_in/groups >= 32 and C_out/groups >= 16): "winograd", the phase
+    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
+      enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at least 64 input pixels
+      (N·H·W; on a 1×1 to 4×4 input its tiles are mostly padding): "winograd", the phase
       decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies per output on
       those phases; with fewer channels its tile transforms cost more than that saves. Its error
       stays within the direct sum's.
@@ -67,7 +69,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     kh, kw = geometry.kernel_hw
     if geometry.in_per_group == 1:
         choice = "depthwise"
-    elif geometry.out_per_group < 8 and kh * kw * geometry.out_per_group >= 16:
+    elif geometry.out_per_group < 8 and (kh * kw * geometry.out_per_group >= 16 or (kh, kw) == geometry.stride):
         choice = "col2im"
     elif _winograd_pays(geometry):
         choice = "winograd" if supports("winograd", geometry) else "phase"
@@ -80,12 +82,14 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
+_WINOGRAD_MIN_INPUT_PIXELS = 64
 
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP)
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and geometry.batch * geometry.input_hw[0] * geometry.input_hw[1] >= _WINOGRAD_MIN_INPUT_PIXELS)
 
 
 def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
