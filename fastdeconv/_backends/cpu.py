@@ -156,9 +156,9 @@ class PackedLayer:
         self._packs = {}   # axes exchanged (bool) -> _cpu.PackedWeights
         # both orientations run from one packing when exchanging the axes leaves it as it is
         self._one_packing = _packing(_exchanged_packing(geometry)) == _packing(geometry)
-        self._weight = None
-        if geometry.kernel_hw[0] == 1 and geometry.pad[0] == (0, 0) and not self._one_packing:
-            self._weight = weight   # for the orientation not packed yet (the caller's own copy: protocol.py)
+        # Kept for the orientation not packed yet (the caller's own copy: protocol.py). Whatever this
+        # geometry's pads: a Dask block kernel runs one layer for blocks whose pads differ.
+        self._weight = weight if geometry.kernel_hw[0] == 1 and not self._one_packing else None
         exchanged = self._exchanged(geometry)
         self._pack(weight, exchanged or geometry, exchanged is not None)
         # rounded to the result dtype first (float16 results: exactly as conv_transpose2d rounds it)

@@ -115,3 +115,17 @@ def test_nan_and_inf_land_where_the_reference_puts_them(op):
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
     finite = np.isfinite(ref)
     np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-10)
+
+
+@pytest.mark.parametrize("op", ["t", "c"])
+def test_a_layer_made_for_a_block_padded_along_h_runs_1d_blocks(op):
+    """A Dask block kernel runs one layer for blocks whose pads differ (fastdeconv/dask.py): a layer
+    made for a block padded at the bottom, then given a 1-D block, packs the exchanged orientation
+    from the weights it kept."""
+    padded = Case(op, n=1, hw=(3, 9), c_in=4, c_out=3, kernel=(1, 3), stride=1, padding=((0, 1), (0, 0)))
+    one_d = Case(**{**padded.__dict__, "hw": (1, 9), "padding": 0})
+    _, w, b = padded.arrays()
+    layer = _cpu_backend.PackedLayer(w, b, w.dtype, _geometry(padded, padded.arrays()[0], w))
+    x = one_d.arrays()[0]
+    got = layer.bind(_geometry(one_d, x, w))(x, None)
+    np.testing.assert_allclose(got, one_d.reference(x, w, b), rtol=1e-10, atol=1e-12)
