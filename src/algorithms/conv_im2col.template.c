@@ -5,12 +5,17 @@
  * channels that tap reads, or to a zero vector where the tap falls in the padding
  * (a convolution's formula reads x as zero there, so 0 * w is one of its terms and
  * 0 * Inf = NaN is right, as in fastdeconv.reference; the transposed convolutions
- * have no such terms and skip their outside taps instead):
+ * have no such terms and skip their outside taps instead). When every weight is finite,
+ * those terms are all zero and are left out (FD_GEMM_SKIP_NULL): a tiny image in a
+ * large padded kernel (a U-Net's innermost 4x4 layer on a 2x2 input) reads a quarter of it:
  *   y[p, g*Cog + o] = bias + sum_{t = (ky, kx)} sum_i im2col[p, t, i] * w[g*Cog + o, ky, kx, i]
  *   GEMM shape (|P|, kH*kW*Cig) @ (kH*kW*Cig, Cog) per group; B is the group's
  *   weight slice transposed, packed once per layer (see PackedLayer).
- * Task: (image n, output rows [row_begin, row_end)); threads take disjoint bands. Workspace:
- * chunk*kH*kW pointers for A's rows, chunk for C's.
+ * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each
+ * group); threads take disjoint bands, or, when the images have fewer pixels than a group has output
+ * channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
+ * FD_GEMM_COLUMN_ALIGN, where B's packed panels start). Workspace: chunk*kH*kW pointers for A's rows,
+ * chunk for C's.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -24,11 +29,28 @@ static const char *im2col_unsupported(const fd_geometry *geo) {
     return NULL;
 }
 
-/* Blob parts: Cig zeros (the A row of taps in the padding), then each group's matrix. */
-enum { IM2COL_ZEROS, IM2COL_MATRICES };
+/* Blob parts: whether every weight is finite (an int), Cig zeros (the A row of taps in the padding
+ * otherwise), then each group's matrix. */
+enum { IM2COL_FINITE, IM2COL_ZEROS, IM2COL_MATRICES };
 
 #define im2col_workspace fd_indirect_gemm_workspace
-#define im2col_tasks fd_image_band_tasks
+
+static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t cols = geo->out_channels / geo->groups, pixels = geo->batch * geo->out_h * geo->out_w;
+    ptrdiff_t count = 0;
+    if (threads > 1 && pixels < cols && cols > FD_GEMM_COLUMN_ALIGN && geo->out_h > 0) {
+        ptrdiff_t parts = fd_ceil_div(threads, geo->batch);
+        if (parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+        const ptrdiff_t per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+        for (ptrdiff_t n = 0; n < geo->batch; n++)
+            for (ptrdiff_t c0 = 0; c0 < cols; c0 += per_part)
+                fd_task_add(tasks, &count, n, 0, geo->out_h, c0, c0 + per_part < cols ? c0 + per_part : cols);
+        return count;
+    }
+    count = fd_image_band_tasks(geo, threads, tasks);
+    for (ptrdiff_t i = 0; tasks != NULL && i < count; i++) tasks[i].col_end = cols;
+    return count;
+}
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 
@@ -38,15 +60,20 @@ FD_DEFINE_ALGORITHM(im2col, 0)
 
 static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed,
                                    const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t n,
-                                   ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t chunk_pixels,
-                            const FD_REAL **a_rows, FD_REAL **c_rows)
+                                   ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t col_begin, ptrdiff_t col_end,
+                                   ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, T = kH * kW;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
-    if (chunk_pixels < 1 || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end) return FD_ERR_WORKSPACE;
-    const FD_REAL *zeros = (const FD_REAL *)fd_blob_part(packed, IM2COL_ZEROS);
+    const ptrdiff_t cols = col_end - col_begin;
+    if (chunk_pixels < 1 || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end || col_begin < 0 || cols < 0 ||
+        col_end > Cog || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
+        return FD_ERR_WORKSPACE;
+    const int finite = *(const int *)fd_blob_part(packed, IM2COL_FINITE);
+    const FD_REAL *outside = finite ? NULL : (const FD_REAL *)fd_blob_part(packed, IM2COL_ZEROS);
+    const size_t K = (size_t)(T * Cig);
 
     const ptrdiff_t first = oy_begin * Wo, last = oy_end * Wo;
     for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
@@ -59,18 +86,19 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                     for (ptrdiff_t kx = 0; kx < kW; kx++) {
                         const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
                         const int inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                        a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : zeros;
+                        a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : outside;
                     }
                 }
-                c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog;
+                c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog + col_begin;
             }
             if (Cig == 0) {
                 for (ptrdiff_t m = 0; m < M; m++)
-                    for (ptrdiff_t o = 0; o < Cog; o++) c_rows[m][o] = bias ? bias[g * Cog + o] : (FD_REAL)0;
+                    for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = bias ? bias[g * Cog + col_begin + o] : (FD_REAL)0;
                 continue;
             }
-            FD_FN(gemm_indirect)((size_t)M, (size_t)Cog, (size_t)T, (size_t)Cig, a_rows, (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g),
-                                 bias ? bias + g * Cog : NULL, c_rows, 0);
+            const FD_REAL *matrix = (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g);
+            FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, matrix + K * (size_t)col_begin,
+                                 bias ? bias + g * Cog + col_begin : NULL, c_rows, finite ? FD_GEMM_SKIP_NULL : 0);
         }
     }
     return FD_OK;
@@ -83,6 +111,13 @@ static int FD_FN(im2col_pack)(const fd_geometry *geo, const void *weight, void *
     const ptrdiff_t K = geo->kernel_h * geo->kernel_w * Cig;
     fd_blob b;
     fd_blob_begin(&b, blob, IM2COL_MATRICES + (size_t)G);
+    int *finite = (int *)fd_blob_add(&b, IM2COL_FINITE, sizeof(int));
+    if (finite != NULL) {
+        const FD_REAL *w = (const FD_REAL *)weight;
+        FD_REAL sum = 0;   /* w - w is 0 for a finite w, NaN for Inf and NaN */
+        for (ptrdiff_t i = 0; i < G * Cog * K; i++) sum += w[i] - w[i];
+        *finite = sum == 0;
+    }
     void *zeros = fd_blob_add(&b, IM2COL_ZEROS, (size_t)Cig * sizeof(FD_REAL));
     if (zeros != NULL) memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
     for (ptrdiff_t g = 0; g < G; g++) {
@@ -100,7 +135,8 @@ static int FD_FN(im2col_run)(const fd_operands *op, const fd_task *t, void *work
     const FD_REAL **a_rows = (const FD_REAL **)workspace;
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
     return FD_FN(conv_im2col_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
-                                   (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, op->chunk, a_rows, c_rows);
+                                   (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
+                                   op->chunk, a_rows, c_rows);
 }
 
 #endif
