@@ -96,6 +96,13 @@ def deconv_supported(algorithm, x_shape, w_shape, stride=1, padding=0, output_pa
     return algorithm_supports(algorithm, geometry)
 
 
+def conv_supported(algorithm, x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> bool:
+    """algorithm_supports for a conv2d call's arguments."""
+    from fastdeconv._params import resolve_conv2d
+
+    return algorithm_supports(algorithm, resolve_conv2d(x_shape, w_shape, stride, padding, dilation, groups))
+
+
 # ----------------------------------------------------------------------------------------------
 # Random data
 # ----------------------------------------------------------------------------------------------

@@ -45,7 +45,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     A convolution with one input channel per group (depthwise, with any channel multiplier) uses
     "depthwise": as an im2col GEMM it would have K = kH·kW and N = C_out/groups, far too small for
-    the GEMM's tiles. Every other convolution uses "im2col". For a transposed convolution:
+    the GEMM's tiles. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
+    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16) uses "winograd": its stride
+    phases as channels (a stride-1 correlation of 2 or 3 taps per side), computed in Winograd tiles
+    (calls with fewer than 64 output pixels run its im2col kernel). Every other convolution uses
+    "im2col". For a transposed convolution:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
@@ -53,18 +57,27 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
-    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
-      enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at least 64 input pixels
-      (N·H·W; on a 1×1 to 4×4 input its tiles are mostly padding): "winograd", the phase
+    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1) and
+      enough channels (C_in/groups >= 32 and C_out/groups >= 16): "winograd", the phase
       decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies per output on
       those phases; with fewer channels its tile transforms cost more than that saves. Its error
-      stays within the direct sum's.
+      stays within the direct sum's. A call with fewer than 64 input pixels (N·H·W: its tiles would
+      be mostly padding) runs the phase kernel, whose packed weights "winograd" holds too.
+
     * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
       every output once (no column buffer, no zero fill, no scatter-add).
     * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im".
+
+    The choice depends on the weights and parameters only, never on the input's size: a layer packs
+    its weights once, for every input. Where the size matters, the algorithm decides per call.
     """
     if not geometry.transposed:
-        choice = "depthwise" if geometry.in_per_group == 1 else "im2col"
+        if geometry.in_per_group == 1:
+            choice = "depthwise"
+        elif _conv_winograd_pays(geometry):
+            choice = "winograd"
+        else:
+            choice = "im2col"
         return choice if supports(choice, geometry) else "im2col"
     kh, kw = geometry.kernel_hw
     if geometry.in_per_group == 1:
@@ -82,14 +95,22 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
-_WINOGRAD_MIN_INPUT_PIXELS = 64
 
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
-            and geometry.batch * geometry.input_hw[0] * geometry.input_hw[1] >= _WINOGRAD_MIN_INPUT_PIXELS)
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP)
+
+
+def _conv_winograd_pays(geometry: ConvGeometry) -> bool:
+    """A convolution whose kernel is 2 or 3 times its stride runs as a stride-1 correlation of 2 or 3
+    taps per side over sH·sW·C_in channels (src/algorithms/conv_winograd.template.c): Winograd pays on
+    the same terms as for that correlation."""
+    (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
+    return (kh % sh == 0 and kw % sw == 0 and 2 <= kh // sh <= 3 and 2 <= kw // sw <= 3
+            and geometry.in_per_group * sh * sw >= _WINOGRAD_MIN_IN_PER_GROUP
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP and supports("winograd", geometry))
 
 
 def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:

@@ -138,6 +138,15 @@ static ptrdiff_t winograd_phase_row(ptrdiff_t q, ptrdiff_t tiles, ptrdiff_t m, p
     return q / tiles * J + (j < 0 ? 0 : j < J ? j : J);
 }
 
+/* Calls with fewer input pixels (all images) than this run the phase kernel, whose blob this one
+ * holds: on a 1x1 to 7x7 input the tiles are mostly padding and the call is bound by reading the
+ * transformed weights (1.78x to 4x the phase weights). Decided per call, by tasks and run alike. */
+#define FD_WINOGRAD_MIN_INPUT_PIXELS 64
+
+static int winograd_direct(const fd_geometry *geo) {
+    return geo->batch * geo->in_h * geo->in_w < FD_WINOGRAD_MIN_INPUT_PIXELS;
+}
+
 /* 1 and *axis when the phases along an axis (out outputs) can share their tiles, else 0. */
 static int winograd_share_axis(ptrdiff_t kernel, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t out, ptrdiff_t in_per_group,
                                winograd_shared_axis *axis) {
@@ -255,6 +264,7 @@ static ptrdiff_t winograd_tasks(const fd_geometry *geo, int threads, fd_task *ta
     const ptrdiff_t Cig = geo->in_channels / G;
     ptrdiff_t count = 0;
     winograd_shared_axis ay, ax;
+    if (winograd_direct(geo)) return phase_tasks(geo, threads, tasks);
     if (winograd_shared(geo, &ay, &ax)) {
         const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
         if (G > 1 && threads > 1 && cols % 16 == 0)
@@ -540,6 +550,12 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
     const ptrdiff_t r0 = task->row_begin, r1 = task->row_end;
     winograd_shared_axis ay, ax;
+    if (winograd_direct(geo)) {   /* a phase task (winograd_tasks) */
+        const FD_REAL **a_rows = (const FD_REAL **)workspace;
+        return FD_FN(deconv_phase_rows)(geo, fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB), (const FD_REAL *)op->x,
+                                        (const FD_REAL *)op->bias, (FD_REAL *)op->y, ry, r0, r1, c0, c1, 0, G, 0, sW,
+                                        op->chunk, a_rows, (FD_REAL **)(a_rows + op->chunk * kH * kW));
+    }
     if (ry <= WINOGRAD_ALL_PHASES)
         return winograd_shared(geo, &ay, &ax) ? FD_FN(winograd_run_shared)(op, task, workspace, &ay, &ax) : FD_ERR_ARGUMENT;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;

@@ -137,7 +137,8 @@ def _geometry(x_shape, w_shape, groups, **kw):
     ((1, 56, 56, 32), (64, 5, 5, 1), 32, "depthwise"),        # channel multiplier 2
     ((1, 224, 224, 1), (64, 3, 3, 1), 1, "depthwise"),        # one input channel: also one per group
     ((1, 56, 56, 32), (32, 3, 3, 2), 16, "im2col"),
-    ((1, 56, 56, 32), (64, 3, 3, 32), 1, "im2col"),
+    ((1, 56, 56, 32), (64, 3, 3, 32), 1, "winograd"),
+    ((1, 56, 56, 16), (64, 3, 3, 16), 1, "im2col"),   # too few input channels for Winograd's transforms
 ])
 def test_choice(x_shape, w_shape, groups, expected):
     assert _cpu_backend.choose_algorithm(_geometry(x_shape, w_shape, groups, padding=1)) == expected

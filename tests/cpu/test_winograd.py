@@ -410,13 +410,44 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
     ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
     ((1, 100, 100, 32), (32, 2, 2, 3), dict(stride=2), "col2im"),               # a k2 s2 head, 3 outputs
-    ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "phase"),  # a tiny input
-    ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),  # 64 input pixels
+    ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "winograd"),  # a tiny input: see below
+    ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
 ])
 def test_automatic_choice(x_shape, w_shape, kw, want):
     geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
                                         kw.get("output_padding", 0), kw.get("dilation", 1), kw.get("groups", 1), None)
     assert _cpu_backend.choose_algorithm(geometry) == want
+
+
+def test_the_choice_does_not_depend_on_the_input_size():
+    """A layer packs once for every input, so its algorithm is chosen from the weights and parameters
+    (a layer is built before any input exists): the same for a 1x1 and a 64x64 input."""
+    w = np.zeros((256, 4, 4, 128), np.float32)
+    layer = fastdeconv.ConvTranspose2d(w, stride=2, padding=1)
+    assert layer.algorithm == "winograd"
+    for hw in [(1, 1), (64, 64)]:
+        geometry = resolve_conv_transpose2d((1, *hw, 256), w.shape, 2, 1, 0, 1, 1, None)
+        assert _cpu_backend.choose_algorithm(geometry) == "winograd"
+
+
+@pytest.mark.parametrize("op,hw,direct", [("deconv", (7, 9), True), ("deconv", (8, 8), False),
+                                          ("conv", (7, 9), True), ("conv", (8, 8), False)])
+def test_small_inputs_run_the_direct_kernel(op, hw, direct):
+    """Below 64 input pixels (a transposed convolution) or output pixels (a convolution), "winograd"
+    runs the direct kernel whose packed weights it holds, "phase" or "im2col": bit for bit its result.
+    From 64 on, Winograd's tiles (a different rounding)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, *hw, 64)).astype(np.float32)
+    if op == "deconv":
+        w = rng.standard_normal((64, 3, 3, 32)).astype(np.float32)
+        run = lambda algorithm: fastdeconv.conv_transpose2d(x, w, padding=1, algorithm=algorithm)
+        got, direct_result = run("winograd"), run("phase")
+    else:
+        w = rng.standard_normal((32, 3, 3, 64)).astype(np.float32)
+        run = lambda algorithm: fastdeconv.conv2d(x, w, padding=1, algorithm=algorithm)
+        got, direct_result = run("winograd"), run("im2col")
+    assert np.array_equal(got, direct_result) == direct
+    np.testing.assert_allclose(got, direct_result, rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,222 @@
+/* Algorithm "winograd" of conv2d (C symbols conv_winograd_*; the transposed convolution's "winograd" is
+ * deconv_winograd.template.c, whose kernel this one runs): a convolution whose kernel sides are 2 or 3
+ * times its strides, dilation 1 (k3 s1, k4 s2, k2 s1, k6 s3, ...), an algorithm template (see algorithm.h).
+ *
+ * Stride phases. With kH = Ty*sH, kW = Tx*sW, write the padded input's rows as iy = j*sH + ry and its
+ * columns as ix = i*sW + rx, and each tap as ky = u*sH + ry, kx = v*sW + rx. Then
+ *   y[n, oy, ox, o] = bias + sum_{u < Ty, v < Tx} sum_c X[n, oy + u, ox + v, c] * Wc[o, u, v, c],
+ *   X[n, j, i, (g, ry, rx, c)] = xpad[n, j*sH + ry, i*sW + rx, g*Cig + c]      (space to depth)
+ *   Wc[g*Cog + o, u, v, (ry, rx, c)] = w[g*Cog + o, u*sH + ry, v*sW + rx, c]
+ * a stride-1, unpadded correlation with Ty x Tx taps over sH*sW*C_in channels (groups keep their own
+ * sH*sW*Cig channels). Every term of X is a term of the formula, padding zeros included (0 * Inf = NaN
+ * as in fastdeconv.reference), because every stride phase holds exactly Ty x Tx taps. That correlation is
+ * the transposed convolution of X with stride 1, padding (Ty - 1, Tx - 1) and the flipped weight
+ *   wd[(g, ry, rx, c), Ty-1-u, Tx-1-v, o] = Wc[g*Cog + o, u, v, (ry, rx, c)],
+ * which deconv_winograd computes: F(2,3) for 3 taps (2.25x fewer multiplies), F(3,2) or F(2,2) for 2
+ * (2.25x or 1.78x), with its exactness rules (a non-finite weight, or a task with a non-finite output,
+ * runs the phase kernel over the same X).
+ *
+ * Small outputs. A call with fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels (all images) runs
+ * conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be mostly
+ * padding, and im2col leaves out the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel
+ * reads a quarter of it). Tasks, workspace and run decide it alike, from the call's geometry.
+ *
+ * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each group);
+ * at most conv_winograd_band_rows rows. Its run writes the band's X (rows row_begin .. row_end + Ty - 2)
+ * into the workspace, then runs deconv_winograd's single-thread task over it. Workspace: that X band
+ * (at most about CONV_WINOGRAD_BAND_ELEMENTS elements) and deconv_winograd's own workspace.
+ */
+#if defined(FD_ALGORITHM_SHARED)
+
+#include <string.h>
+
+#include "algorithm.h"
+
+/* Elements of a task's X band: X rows are read by a band's Ty - 1 neighbours too, so bands are taller
+ * than the tiles; this keeps a band of a wide image within L2 next to the tiles' V and M. */
+#define CONV_WINOGRAD_BAND_ELEMENTS (96 << 10)
+
+#define CONV_WINOGRAD_MIN_OUTPUT_PIXELS 64
+
+static int conv_winograd_direct(const fd_geometry *geo) {
+    return geo->batch * geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_OUTPUT_PIXELS;
+}
+
+/* Blob parts: conv_im2col's blob (small outputs), then deconv_winograd's for the stride-1 correlation. */
+enum { CONV_WINOGRAD_IM2COL_BLOB, CONV_WINOGRAD_INNER_BLOB };
+
+/* The stride-1 transposed convolution that computes `rows` output rows (any image, any band). */
+static fd_geometry conv_winograd_inner(const fd_geometry *geo, ptrdiff_t rows) {
+    const ptrdiff_t Ty = geo->kernel_h / geo->stride_h, Tx = geo->kernel_w / geo->stride_w;
+    fd_geometry inner = *geo;
+    inner.batch = 1;
+    inner.in_h = rows + Ty - 1;
+    inner.in_w = geo->out_w + Tx - 1;
+    inner.in_channels = geo->in_channels * geo->stride_h * geo->stride_w;
+    inner.out_h = rows;
+    inner.kernel_h = Ty;
+    inner.kernel_w = Tx;
+    inner.stride_h = inner.stride_w = 1;
+    inner.pad_top = Ty - 1;
+    inner.pad_left = Tx - 1;
+    return inner;
+}
+
+static const char *conv_winograd_unsupported(const fd_geometry *geo) {
+    if (geo->dilation_h != 1 || geo->dilation_w != 1) return "it needs dilation 1";
+    if (geo->kernel_h % geo->stride_h != 0 || geo->kernel_w % geo->stride_w != 0)
+        return "it needs kernel sides that are multiples of the strides (every stride phase then has the same taps)";
+    const ptrdiff_t Ty = geo->kernel_h / geo->stride_h, Tx = geo->kernel_w / geo->stride_w;
+    if (Ty < 2 || Ty > 3 || Tx < 2 || Tx > 3) return "it needs kernel sides of 2 or 3 times the strides";
+    const fd_geometry inner = conv_winograd_inner(geo, 1);
+    return winograd_unsupported(&inner);
+}
+
+/* The most output rows of a task: its X band holds (rows + Ty - 1) rows of (W_out + Tx - 1) pixels of
+ * sH*sW*C_in channels. A multiple of 6 (the tiles' sides, 2 and 3, divide it) when more than 6 fit. */
+static ptrdiff_t conv_winograd_band_rows(const fd_geometry *geo) {
+    const ptrdiff_t Ty = geo->kernel_h / geo->stride_h, Tx = geo->kernel_w / geo->stride_w;
+    const ptrdiff_t row = (geo->out_w + Tx - 1) * geo->in_channels * geo->stride_h * geo->stride_w;
+    ptrdiff_t rows = (ptrdiff_t)CONV_WINOGRAD_BAND_ELEMENTS / (row > 0 ? row : 1) - (Ty - 1);
+    rows = rows > 6 ? rows / 6 * 6 : rows > 1 ? rows : 1;
+    return rows < geo->out_h ? rows : geo->out_h > 0 ? geo->out_h : 1;
+}
+
+static size_t conv_winograd_band_bytes(const fd_geometry *geo, int dtype) {
+    const fd_geometry inner = conv_winograd_inner(geo, conv_winograd_band_rows(geo));
+    return fd_round_up((size_t)(inner.in_h * inner.in_w * inner.in_channels) * fd_itemsize(dtype), FD_BLOB_ALIGN);
+}
+
+/* The band, then deconv_winograd's workspace (which depends on the channels and the kernel, not on
+ * the band's rows); its chunk is the inner run's. */
+static fd_workspace conv_winograd_workspace(const fd_geometry *geo, int dtype) {
+    if (conv_winograd_direct(geo)) return im2col_workspace(geo, dtype);
+    const fd_geometry inner = conv_winograd_inner(geo, conv_winograd_band_rows(geo));
+    fd_workspace ws = winograd_workspace(&inner, dtype);
+    ws.bytes += conv_winograd_band_bytes(geo, dtype);
+    return ws;
+}
+
+/* Bands of at most conv_winograd_band_rows rows, about 4 tasks per thread (fewer rows per band, then
+ * blocks of output channels when the images have too few rows for that). */
+static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t rows = geo->out_h, cols = geo->out_channels / geo->groups;
+    ptrdiff_t count = 0;
+    if (conv_winograd_direct(geo)) return im2col_tasks(geo, threads, tasks);
+    if (geo->batch <= 0 || rows <= 0) return 0;
+    const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
+    ptrdiff_t per_band = conv_winograd_band_rows(geo);
+    const ptrdiff_t even = fd_ceil_div(rows, fd_ceil_div(want, geo->batch));
+    if (even < per_band) per_band = even > 6 ? fd_ceil_div(even, 6) * 6 : even;
+    const ptrdiff_t bands = geo->batch * fd_ceil_div(rows, per_band);
+    ptrdiff_t col_parts = bands < want ? fd_ceil_div(want, bands) : 1;
+    if (col_parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) col_parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);
+    if (col_parts < 1) col_parts = 1;
+    const ptrdiff_t per_cols = fd_ceil_div(fd_ceil_div(cols, col_parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+    for (ptrdiff_t n = 0; n < geo->batch; n++)
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_band)
+            for (ptrdiff_t c0 = 0; c0 < cols || c0 == 0; c0 += per_cols)
+                fd_task_add(tasks, &count, n, r0, r0 + per_band < rows ? r0 + per_band : rows, c0,
+                            c0 + per_cols < cols ? c0 + per_cols : cols);
+    return count;
+}
+
+#elif defined(FD_ALGORITHM_DESCRIPTOR)
+
+FD_DEFINE_NAMED_ALGORITHM(conv_winograd, "winograd", 0)
+
+#else
+
+/* conv_im2col's packing of the weight, then deconv_winograd's of the flipped space-to-depth weight wd
+ * (module comment). */
+static int FD_FN(conv_winograd_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
+{
+    const fd_geometry inner = conv_winograd_inner(geo, 1);
+    size_t im2col_bytes = 0, inner_bytes = 0;
+    int status = FD_FN(im2col_pack)(geo, weight, NULL, &im2col_bytes);
+    if (status == FD_OK) status = FD_FN(winograd_pack)(&inner, NULL, NULL, &inner_bytes);
+    if (status != FD_OK) return status;
+    fd_blob b;
+    fd_blob_begin(&b, blob, CONV_WINOGRAD_INNER_BLOB + 1);
+    void *im2col_blob = fd_blob_add(&b, CONV_WINOGRAD_IM2COL_BLOB, im2col_bytes);
+    void *inner_blob = fd_blob_add(&b, CONV_WINOGRAD_INNER_BLOB, inner_bytes);
+    *bytes = b.size;
+    if (blob == NULL) return FD_OK;
+    status = FD_FN(im2col_pack)(geo, weight, im2col_blob, &im2col_bytes);
+    if (status != FD_OK) return status;
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t Ty = inner.kernel_h, Tx = inner.kernel_w, G = geo->groups;
+    const ptrdiff_t Cig = geo->in_channels / G, Cog = geo->out_channels / G;
+    const size_t count = (size_t)(geo->out_channels * kH * kW * Cig);
+    FD_REAL *wd = (FD_REAL *)malloc((count > 0 ? count : 1) * sizeof(FD_REAL));
+    if (wd == NULL) return FD_ERR_WORKSPACE;
+    const FD_REAL *w = (const FD_REAL *)weight;
+    for (ptrdiff_t g = 0; g < G; g++)
+        for (ptrdiff_t ry = 0; ry < sH; ry++)
+            for (ptrdiff_t rx = 0; rx < sW; rx++)
+                for (ptrdiff_t c = 0; c < Cig; c++) {
+                    const ptrdiff_t i = g * sH * sW * Cig + (ry * sW + rx) * Cig + c;   /* X's channel */
+                    for (ptrdiff_t u = 0; u < Ty; u++)
+                        for (ptrdiff_t v = 0; v < Tx; v++)
+                            for (ptrdiff_t o = 0; o < Cog; o++)
+                                wd[((i * Ty + (Ty - 1 - u)) * Tx + (Tx - 1 - v)) * Cog + o] =
+                                    w[(((g * Cog + o) * kH + u * sH + ry) * kW + v * sW + rx) * Cig + c];
+                }
+    status = FD_FN(winograd_pack)(&inner, wd, inner_blob, &inner_bytes);
+    free(wd);
+    return status;
+}
+
+/* X's rows [0, inner->in_h) for output rows from oy0 of image n (module comment), zeros in the padding. */
+static void FD_FN(conv_winograd_band)(const fd_geometry *geo, const fd_geometry *inner, const FD_REAL *FD_RESTRICT x,
+                                      ptrdiff_t n, ptrdiff_t oy0, FD_REAL *FD_RESTRICT band)
+{
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
+    const ptrdiff_t G = geo->groups, Cig = Cin / G;
+    for (ptrdiff_t j = 0; j < inner->in_h; j++)
+        for (ptrdiff_t i = 0; i < inner->in_w; i++) {
+            FD_REAL *to = band + (j * inner->in_w + i) * inner->in_channels;
+            for (ptrdiff_t g = 0; g < G; g++)
+                for (ptrdiff_t ry = 0; ry < sH; ry++) {
+                    const ptrdiff_t iy = (oy0 + j) * sH + ry - geo->pad_top;
+                    for (ptrdiff_t rx = 0; rx < sW; rx++, to += Cig) {
+                        const ptrdiff_t ix = i * sW + rx - geo->pad_left;
+                        if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                            memcpy(to, x + ((n * H + iy) * W + ix) * Cin + g * Cig, (size_t)Cig * sizeof(FD_REAL));
+                        else
+                            memset(to, 0, (size_t)Cig * sizeof(FD_REAL));
+                    }
+                }
+        }
+}
+
+static int FD_FN(conv_winograd_run)(const fd_operands *op, const fd_task *t, void *workspace)
+{
+    const fd_geometry *geo = op->geo;
+    if (conv_winograd_direct(geo)) {   /* an im2col task (conv_winograd_tasks) */
+        fd_operands im2col_op = *op;
+        im2col_op.packed = fd_blob_part(op->packed, CONV_WINOGRAD_IM2COL_BLOB);
+        return FD_FN(im2col_run)(&im2col_op, t, workspace);
+    }
+    const ptrdiff_t rows = t->row_end - t->row_begin;
+    if (rows < 1 || t->row_begin < 0 || rows > conv_winograd_band_rows(geo) || t->row_end > geo->out_h)
+        return FD_ERR_WORKSPACE;
+    const fd_geometry inner = conv_winograd_inner(geo, rows);
+    const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
+    FD_REAL *band = (FD_REAL *)workspace;
+    FD_FN(conv_winograd_band)(geo, &inner, (const FD_REAL *)op->x, t->part, t->row_begin, band);
+
+    fd_task whole;   /* deconv_winograd's one task for the band on one thread, restricted to t's columns */
+    if (winograd_tasks(&inner, 1, NULL) != 1) return FD_ERR_ARGUMENT;
+    winograd_tasks(&inner, 1, &whole);
+    whole.col_begin = t->col_begin;
+    whole.col_end = t->col_end;
+    fd_operands band_op = *op;
+    band_op.geo = &inner;
+    band_op.packed = fd_blob_part(op->packed, CONV_WINOGRAD_INNER_BLOB);
+    band_op.x = band;
+    band_op.y = (FD_REAL *)op->y + (t->part * geo->out_h + t->row_begin) * geo->out_w * geo->out_channels;
+    return FD_FN(winograd_run)(&band_op, &whole, (char *)workspace + conv_winograd_band_bytes(geo, dtype));
+}
+
+#endif
