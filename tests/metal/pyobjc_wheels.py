@@ -174,3 +174,22 @@ def jsonable(value):
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return repr(value)
+
+
+def main(argv=None) -> int:
+    """``python tests/metal/pyobjc_wheels.py FOLDER``: download the pinned wheels into FOLDER (.ci/run)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python tests/metal/pyobjc_wheels.py FOLDER (then export FASTDECONV_PYOBJC_WHEELS=FOLDER)",
+              file=sys.stderr)
+        return 2
+    failure = download(Path(argv[0]), pinned_versions())
+    if failure:
+        print(failure, file=sys.stderr)
+        return 1
+    print(f"PyObjC's macOS wheels in {argv[0]}: {', '.join(p.name for p in sorted(Path(argv[0]).glob('*.whl')))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -43,6 +43,7 @@ from fastdeconv import metal
 from fastdeconv.metal import descriptors, pyobjc_layer
 from helpers import Case
 from pyobjc_runtime import NULL_type, load_pyobjc, method_return_type, return_to_objc
+import pyobjc_wheels
 from pyobjc_wheels import wheels_folder
 
 TABLE = json.loads((Path(__file__).parent / "data" / "pyobjc_selectors.json").read_text(encoding="utf-8"))
@@ -750,3 +751,26 @@ def test_the_graph_result_is_read_from_a_shared_buffer_of_ours():
             if receiver is tensor_data] == [(list(descriptor.result_shape), descriptor.data_type)]
     assert result.shape == descriptor.result_shape and result.dtype == np.float16
     assert not world.calls("readBytes_strideBytes_") and not world.calls("mpsndarray")
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. The wheels: skipped only where nobody expects them
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, outcome", [({}, "skip"), ({"CI": "1"}, "fail"),
+                                          ({pyobjc_wheels.WHEELS_ENV: "<empty folder>"}, "fail")])
+def test_missing_wheels_skip_only_outside_ci(monkeypatch, tmp_path, env, outcome):
+    for name in ("CI", pyobjc_wheels.WHEELS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path) if value == "<empty folder>" else value)
+    monkeypatch.setattr(pyobjc_wheels, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(pyobjc_wheels, "download", lambda folder, versions: "no network (simulated)")
+    pyobjc_wheels._locate.cache_clear()
+    try:
+        with pytest.raises(pytest.skip.Exception if outcome == "skip" else pytest.fail.Exception,
+                           match="lacks the wheels|no network"):
+            pyobjc_wheels.wheels_folder()
+    finally:
+        pyobjc_wheels._locate.cache_clear()
