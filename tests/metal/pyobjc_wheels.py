@@ -148,7 +148,8 @@ def execute_metadata(folder: Path, register, arch: str = "arm64", **objc_attribu
     with modules_replaced({"objc": objc}):
         for framework, package in METADATA_ORDER:
             objc.registerMetaDataForSelector = functools.partial(register, framework)
-            exec(compiled_from_wheel(folder, package, f"{framework}/_metadata.py"), {"__name__": f"{framework}._metadata"})
+            code = compiled_from_wheel(folder, package, f"{framework}/_metadata.py")
+            exec(code, {"__name__": f"{framework}._metadata"})
 
 
 def read_metadata(folder: Path) -> dict[str, dict]:
