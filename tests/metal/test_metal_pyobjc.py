@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import platform
 import sys
 import types
@@ -579,6 +580,30 @@ def test_mps_cnn_never_imports_mpsgraph(monkeypatch):
     with pyobjc_layer.use_frameworks(fw):
         pyobjc_layer.CnnRunner(descriptor, *inputs[:2]).run(inputs[2])
     assert world.data_source_reads
+
+
+def _real_pyobjc():
+    """PyObjC itself where it can run (macOS with fastdeconv[metal]): required under $CI on macOS."""
+    if sys.platform != "darwin":
+        pytest.skip("PyObjC's C extension runs on macOS only")
+    try:
+        import MetalPerformanceShaders  # noqa: F401
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"$CI on macOS needs fastdeconv[metal] (PyObjC): {exc}", pytrace=False)
+        pytest.skip(f"PyObjC is not installed: {exc}")
+
+
+def test_real_pyobjc_builds_the_data_source():
+    """On macOS the real PyObjC builds the class (no GPU needed): protocol validation is PyObjC's own, and
+    what it records for weights/biasTerms is printed (does registered metadata reach them? issue 29)."""
+    _real_pyobjc()
+    cls = pyobjc_layer.data_source_class()
+    load = cls.pyobjc_instanceMethods.load
+    assert not load.isClassMethod, load
+    for name in ("load", "weights", "biasTerms"):
+        method = getattr(cls.pyobjc_instanceMethods, name)
+        print(f"{name}: {method.signature!r} {method.__metadata__()}")
 
 
 # --------------------------------------------------------------------------------------------------
