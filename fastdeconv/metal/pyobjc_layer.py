@@ -2,8 +2,9 @@
 
 Nothing here decides anything: every number comes from the descriptor. Apple's frameworks are
 imported on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a
-fake of PyObjC with :func:`use_frameworks` (tests/metal/test_metal_pyobjc.py: it records every call and
-applies PyObjC's conversion rules) to check that every descriptor field reaches a Metal call.
+fake of PyObjC with :func:`use_frameworks` (tests/metal/test_metal_pyobjc.py: it records every call,
+builds the data-source class with PyObjC's own pure-Python class builder from its macOS wheel, and
+converts as pyobjc-core's C source does) to check that every descriptor field reaches a Metal call.
 
 Every Objective-C call made here (PyObjC spells ``a:b:c:`` as ``a_b_c_``), and every method the
 MPSCNN data source implements, is listed with its PyObjC signature and the macOS version that
@@ -33,7 +34,7 @@ How PyObjC converts what crosses the bridge here (pyobjc-core 13.0's C source; f
   ``PyObjC_kVariableLengthArray`` case → ``objc_support.m`` ``depythonify_c_return_array_count``);
   ``objc.NULL`` becomes NULL. ``void`` elements have no converter ("depythonifying unknown typespec
   0x76"), so MPS's metadata for ``-weights`` (a variable-length ``^v``) can never be served: see
-  :func:`data_source_class` for the override. A variable-length ``^f`` (``-biasTerms``) works.
+  :func:`data_source_class` for the override. ``-biasTerms`` returns ``objc.NULL`` (see there).
 * A plain ``^v`` (no array flag) converts from a Python int, the address (``objc_support.m``,
   ``depythonify_c_value``, case ``_C_PTR`` with ``type[1] == _C_VOID``); None becomes NULL.
 * An output array argument (``type_modifier`` ``o``, variable length: ``readBytes:dataLayout:

@@ -212,8 +212,8 @@ def environment_line() -> str:
         pyobjc = metadata.version("pyobjc-core")        # not imported: only pyobjc_layer imports PyObjC
     except metadata.PackageNotFoundError:
         pyobjc = "not installed"
-    mac = platform.mac_ver()[0] or f"not macOS ({platform.system()})"
-    return (f"fastdeconv {__version__}; macOS {mac} ({platform.machine()}); Python {platform.python_version()}; "
+    system = f"macOS {platform.mac_ver()[0]}" if platform.mac_ver()[0] else platform.system()
+    return (f"fastdeconv {__version__}; {system} ({platform.machine()}); Python {platform.python_version()}; "
             f"numpy {np.__version__}; PyObjC {pyobjc}")
 
 

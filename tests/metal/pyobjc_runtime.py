@@ -92,7 +92,7 @@ class ObjCStub(types.ModuleType):
         self.registry: dict[tuple[bytes, bytes], dict] = {}
         self.registrations: list[tuple[bytes, bytes, dict]] = []
         self.selector, self.native_selector, self.bound_selector = selector, native_selector, bound_selector
-        self.formal_protocol, self.ivar, self.objc_class = formal_protocol, ivar, objc_class
+        self.formal_protocol, self.ivar = formal_protocol, ivar
         self._returns_value = returns_value
 
     def registerMetaDataForSelector(self, class_name, selector_name, metadata):  # noqa: N802 - objc's API
@@ -161,7 +161,18 @@ class selector:  # noqa: N801 - objc.selector
 
 
 class native_selector(selector):  # noqa: N801
-    """A method the Objective-C class has (here: NSObject's)."""
+    """A method the Objective-C class has (here: NSObject's), with the runtime's signature."""
+
+    def __init__(self, name: bytes, signature: bytes | None, isClassMethod: bool):  # noqa: N803
+        self.callable, self.selector, self._signature = None, name, signature
+        self.isClassMethod, self.isRequired, self.isHidden = isClassMethod, True, False
+
+    @property
+    def signature(self):
+        if self._signature is None:
+            raise LookupError(f"NSObject's {self.selector.decode()!r} has no signature in NSOBJECT_METHODS "
+                              "(tests/metal/pyobjc_runtime.py): a class defines that name; add it from <objc/NSObject.h>")
+        return self._signature
 
 
 class bound_selector(selector):  # noqa: N801
@@ -249,12 +260,12 @@ class objc_class(type):  # noqa: N801
 
 def make_nsobject(objc: ObjCStub):
     """The stub NSObject (and objc.objc_object), created without the class builder."""
-    objc_class._objc = objc
+    metaclass = type("objc_class", (objc_class,), {"_objc": objc})      # one per stub: its own registry
+    objc.objc_class = metaclass
 
     def natives(kind):
-        return {name: native_selector(None, name.replace("_", ":").encode(),
-                                      None if signature is None else signature.encode(),
-                                      isClassMethod=kind == "class")
+        return {name: native_selector(name.replace("_", ":").encode(),
+                                      None if signature is None else signature.encode(), kind == "class")
                 for name, signature in NSOBJECT_METHODS[kind].items()}
 
     def alloc(cls):
@@ -267,7 +278,7 @@ def make_nsobject(objc: ObjCStub):
                 pyobjc_classMethods=_Methods(natives("class")),
                 pyobjc_hiddenSelectors=classmethod(lambda cls, isclass: {}),
                 alloc=classmethod(alloc), init=init, __objc_instance_methods__={}, __objc_class_methods__={})
-    nsobject = type.__new__(objc_class, "NSObject", (object,), body)
+    nsobject = type.__new__(metaclass, "NSObject", (object,), body)
     objc.objc_object = nsobject
     return nsobject
 
@@ -287,7 +298,6 @@ def load_pyobjc(folder, table: dict, arch: str = "arm64"):
             with modules_replaced(loaded):
                 exec(compiled_from_wheel(folder, CORE, f"objc/{name}.py"), module.__dict__)
     objc.informal_protocol = loaded["objc._informal_protocol"].informal_protocol
-    objc.transform = loaded["objc._transform"]
     execute_metadata(folder, lambda framework, cls, sel, meta: objc.registerMetaDataForSelector(cls, sel, meta),
                      arch=arch, selector=selector, informal_protocol=objc.informal_protocol)
     objc.registrations.clear()                          # what the frameworks registered is not ours

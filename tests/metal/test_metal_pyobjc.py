@@ -43,13 +43,11 @@ import pytest
 from fastdeconv import metal
 from fastdeconv.metal import descriptors, pyobjc_layer
 from helpers import Case
-from pyobjc_runtime import NULL_type, load_pyobjc, method_return_type, return_to_objc
 import pyobjc_wheels
-from pyobjc_wheels import wheels_folder
+from pyobjc_runtime import QUALIFIERS, NULL_type, load_pyobjc, method_return_type, return_to_objc
 
 TABLE = json.loads((Path(__file__).parent / "data" / "pyobjc_selectors.json").read_text(encoding="utf-8"))
 INTEGER_CODES = set("cCsSiIlLqQ")
-QUALIFIERS = "rnNoORV"
 
 
 def _plain(typestr: str) -> str:
@@ -152,7 +150,7 @@ class World:
     def __init__(self, buffer_storage_mode: int | None = None, metadata_applies: bool = True, arch: str = "arm64"):
         self.log: list[tuple[str, tuple, object]] = []
         self.buffer_storage_mode = buffer_storage_mode      # None: what the options ask for
-        self.objc, self.NSObject = load_pyobjc(wheels_folder(), TABLE, arch)
+        self.objc, self.NSObject = load_pyobjc(pyobjc_wheels.wheels_folder(), TABLE, arch)
         self.metadata_applies = metadata_applies
         self.data_source_reads: list[dict] = []
 
@@ -283,7 +281,7 @@ def _init_kernel(world, kernel, args, converted):
     read["bias"] = bias
     read["purge"] = world.call_from_objc(source, "purge")
     # MPS may purge and load again (e.g. under memory pressure): the weights must still be there.
-    if world.call_from_objc(source, "load") is not True:
+    if not world.call_from_objc(source, "load"):                          # BOOL: True, or 1 where it is a char
         raise AssertionError("the data source's load returned NO after a purge")
     again = np.frombuffer(ctypes.string_at(world.call_from_objc(source, "weights"), count * 4), dtype=np.float32)
     if not np.array_equal(again, read["weights"]):
