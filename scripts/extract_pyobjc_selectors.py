@@ -50,12 +50,11 @@ import pyobjc_wheels  # noqa: E402
 OUTPUT = ROOT / "tests" / "metal" / "data" / "pyobjc_selectors.json"
 
 #: framework → (PyPI package with its wheel and sdist, folder of its header scans inside the sdist).
-#: In import order (``import Metal`` imports Foundation first, and so on), the order their metadata is registered in.
 FRAMEWORKS = {
-    "Foundation": ("pyobjc-framework-Cocoa", "metadata/raw.Foundation"),
     "Metal": ("pyobjc-framework-Metal", "metadata/raw"),
     "MetalPerformanceShaders": ("pyobjc-framework-MetalPerformanceShaders", "metadata/raw"),
     "MetalPerformanceShadersGraph": ("pyobjc-framework-MetalPerformanceShadersGraph", "metadata/raw"),
+    "Foundation": ("pyobjc-framework-Cocoa", "metadata/raw.Foundation"),
 }
 CORE = "pyobjc-core"
 WHEEL_PLATFORM = "macosx_11_0_arm64"
@@ -148,15 +147,14 @@ def download(directory: Path) -> None:
             raise SystemExit(f"pip left no sdist of {package}=={version} in {sdists} or {tmp}")
 
 
-def _normal(package: str) -> str:
-    return package.lower().replace("-", "_")
+_normal = pyobjc_wheels.normal_name
 
 
 def _wheel(wheels: Path, package: str) -> Path:
-    found = sorted(wheels.glob(f"{_normal(package)}-*.whl"))
-    if not found:
+    found = pyobjc_wheels.wheel_path(wheels, package)
+    if found is None:
         raise SystemExit(f"no wheel of {package} in {wheels} (run with --download)")
-    return found[-1]
+    return found
 
 
 def _wheel_version(wheels: Path, package: str) -> str:
@@ -336,7 +334,7 @@ def build_table(uses, metadata: dict, decls: dict, sources: dict, versions: dict
                                "required": sorted(m["selector"] for m in proto["methods"] if m.get("required")),
                                "optional": sorted(m["selector"] for m in proto["methods"] if not m.get("required")),
                                # what the runtime's protocol_copyMethodDescriptionList lists (tests/metal/
-                               # pyobjc_wheels.py builds objc.protocolNamed's answer from it); BOOL is "Z"
+                               # pyobjc_runtime.py builds objc.protocolNamed's answer from it); BOOL is "Z"
                                "methods": [{"selector": m["selector"], "class_method": bool(m.get("class_method")),
                                             "required": bool(m.get("required")), "retval": m["retval"]["typestr"],
                                             "args": [a["typestr"] for a in m["args"]]} for m in proto["methods"]]}
@@ -344,7 +342,8 @@ def build_table(uses, metadata: dict, decls: dict, sources: dict, versions: dict
         raise SystemExit("cannot build the table:\n  " + "\n  ".join(problems))
     return {
         "about": "What PyObjC's metadata says about every Objective-C name fastdeconv/metal/ uses. Written by "
-                 "scripts/extract_pyobjc_selectors.py; checked against the source by tests/metal/test_metal_selectors.py.",
+                 "scripts/extract_pyobjc_selectors.py; checked against the source by "
+                 "tests/metal/test_metal_selectors.py.",
         "pyobjc": versions,
         "header_scans": {fw: src for fw, src in sorted(sources.items())},
         "selectors": dict(sorted(selectors.items())),

@@ -57,7 +57,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import struct
-import types
 from importlib import resources
 
 import numpy as np
@@ -346,7 +345,7 @@ def data_source_class():
     may ask again (``load``/``weights`` after ``purge``).
 
     How PyObjC builds the class (pyobjc-core ``Lib/objc/_transform.py``, ``transformAttribute`` and
-    ``validate_protocols``; tests/metal/test_metal_pyobjc_transform.py runs that very file on this class):
+    ``validate_protocols``; tests/metal/test_metal_pyobjc.py runs that very file on this class):
     a method takes its signature and class-method status from a method of the same name NSObject
     already has, before the protocol is consulted, and the protocol's required methods must then be
     instance methods of the protocol's signature.
@@ -442,7 +441,7 @@ class CnnRunner:
             raise ValueError(f"weights {np.shape(weights)} / bias {bias is not None} do not match the "
                              f"descriptor's {stage.weights_shape} / {stage.has_bias}")
         self.data_source = make_data_source(conv_descriptor, weights, f"fastdeconv {stage.kernel_class}")
-        self.bias = bias                       # added after the read-back (see biasTerms)
+        self.bias_after_readback = bias        # biasTerms is NULL: see data_source_class
         kernel = getattr(MPS, stage.kernel_class).alloc().initWithDevice_weights_(ctx.device, self.data_source)
         if kernel is None:
             raise RuntimeError(f"{stage.kernel_class} initWithDevice:weights: returned nil for {d}")
@@ -480,7 +479,7 @@ class CnnRunner:
         out = np.empty(self.descriptor.result_shape, dtype=out_dtype)
         for index, image in enumerate(destinations):
             image.readBytes_dataLayout_imageIndex_(out[index], stage.destination.data_layout, 0)
-        return add_bias_after_readback(out, self.bias)
+        return add_bias_after_readback(out, self.bias_after_readback)
 
     def _run_direct(self, ctx, stage: DirectKernelDescriptor, x: np.ndarray) -> np.ndarray:
         Metal = ctx.fw.Metal

@@ -171,7 +171,8 @@ class native_selector(selector):  # noqa: N801
     def signature(self):
         if self._signature is None:
             raise LookupError(f"NSObject's {self.selector.decode()!r} has no signature in NSOBJECT_METHODS "
-                              "(tests/metal/pyobjc_runtime.py): a class defines that name; add it from <objc/NSObject.h>")
+                              "(tests/metal/pyobjc_runtime.py): a class defines that name; add it from "
+                              "<objc/NSObject.h>")
         return self._signature
 
 

@@ -77,7 +77,8 @@ def test_the_report_is_a_table_with_the_environment():
 
 
 def test_without_metal_selftest_says_so_and_exits_3(monkeypatch, capsys):
-    monkeypatch.setattr(metal, "status", lambda path="mps": metal.MetalStatus(False, "Metal needs macOS; this is Linux"))
+    unavailable = metal.MetalStatus(False, "Metal needs macOS; this is Linux")
+    monkeypatch.setattr(metal, "status", lambda path="mps": unavailable)
     assert cli(["selftest"]) == selftest.EXIT_NO_METAL == 3
     out, err = capsys.readouterr()
     assert out == ""
