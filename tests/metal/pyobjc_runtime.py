@@ -5,7 +5,8 @@
 only what the C extension would: the ``objc.selector`` type, formal protocols as the Objective-C runtime
 describes them, NSObject's methods, the metadata registry. Defining a subclass of the stub NSObject runs
 PyObjC's ``processClassDict`` — signatures and class-method status inherited from NSObject, protocol
-signatures, ``validate_protocols`` — exactly as PyObjC's C class builder calls it (objc-class.m, class_new).
+signatures, ``validate_protocols`` — as PyObjC's C class builder calls it (``Modules/objc/class-builder.m``,
+PyObjCClass_BuildClass, from objc-class.m's class_new).
 
 :func:`return_to_objc` is what the method stub does with a Python method's return value (pyobjc-core 13.0
 ``Modules/objc/libffi_support.m``, method_stub, lines 1656-1797; ``objc_support.m`` for the conversions).
@@ -30,9 +31,9 @@ from pyobjc_wheels import CORE, compiled_from_wheel, execute_metadata, modules_r
 BOOL_ENCODING = {"arm64": "B", "x86_64": "c"}
 
 #: NSObject's methods by Python name (<objc/NSObject.h>, the root class and the NSObject protocol; Foundation's
-#: categories on NSObject add none of these names): (class method?, signature). A name defined by a Python
-#: subclass inherits these (objc/_transform.py, transformAttribute: "Copy classmethod-ness and signature from a
-#: pre-existing method"). Signatures are given where a test needs them; None fails loudly if one is reached.
+#: categories on NSObject add none of these names): {"class" / "instance": {name: signature}}. A name defined
+#: by a Python subclass inherits these (objc/_transform.py, transformAttribute: "Copy classmethod-ness and
+#: signature from a pre-existing method"). Signatures are given where a test needs them; None fails loudly.
 NSOBJECT_METHODS = {
     "class": {"load": "v@:", "initialize": "v@:", "new": "@@:", "alloc": "@@:", "allocWithZone_": None,
               "copyWithZone_": "@@:^{_NSZone=}", "mutableCopyWithZone_": None, "instancesRespondToSelector_": None,
@@ -91,6 +92,7 @@ class ObjCStub(types.ModuleType):
         #: {(class name, selector): metadata} (bytes keys, as registered): registry.m keeps one per pair
         self.registry: dict[tuple[bytes, bytes], dict] = {}
         self.registrations: list[tuple[bytes, bytes, dict]] = []
+        self.class_names = {"NSObject"}                                    # what objc_lookUpClass finds
         self.selector, self.native_selector, self.bound_selector = selector, native_selector, bound_selector
         self.formal_protocol, self.ivar = formal_protocol, ivar
         self._returns_value = returns_value
@@ -227,7 +229,8 @@ class _Methods:
 
 
 class objc_class(type):  # noqa: N801
-    """The metaclass of Objective-C classes. A Python subclass is built as objc-class.m's class_new does:
+    """The metaclass of Objective-C classes. A Python subclass is built as class-builder.m's
+    PyObjCClass_BuildClass does: a class name the runtime already has is refused, then
     ``objc.options._processClassDict`` (PyObjC's _transform.processClassDict) turns the class body into
     selectors and checks the protocols; class methods go to the metaclass side. The ``__dict__`` ivar it
     adds becomes the instances' ``__dict__`` (here: no ``__slots__``)."""
@@ -235,6 +238,8 @@ class objc_class(type):  # noqa: N801
     def __new__(mcls, name, bases, namespace, protocols=(), **kwargs):
         objc = mcls._objc
         base = bases[0]
+        if name in objc.class_names:
+            raise objc.error(f"{name} is overriding existing Objective-C class")
         class_dict, meta_dict, hidden_instance, hidden_class = dict(namespace), {}, {}, {}
         _, instance_methods, class_methods, _ = objc.options._processClassDict(
             name, class_dict, meta_dict, base, list(protocols), hidden_instance, hidden_class)
@@ -243,6 +248,7 @@ class objc_class(type):  # noqa: N801
         cls.__objc_instance_methods__ = {sel.selector: sel for sel in instance_methods}
         cls.__objc_class_methods__ = {sel.selector: sel for sel in class_methods}
         cls.__objc_protocols__ = tuple(protocols)
+        objc.class_names.add(name)
         for key, value in meta_dict.items():
             setattr(cls, key, classmethod(value.callable))
         return cls

@@ -797,3 +797,13 @@ def test_missing_wheels_skip_only_outside_ci(monkeypatch, tmp_path, env, outcome
             pyobjc_wheels.wheels_folder()
     finally:
         pyobjc_wheels._locate.cache_clear()
+
+
+def test_a_second_class_of_the_same_name_is_refused():
+    """The Objective-C runtime has one class per name (class-builder.m): the data source is built once per
+    process, and a second class statement of that name raises."""
+    world = World()
+    with pyobjc_layer.use_frameworks(world.frameworks()):
+        assert pyobjc_layer.data_source_class() is pyobjc_layer.data_source_class()
+    with pytest.raises(world.objc.error, match="FastdeconvConvolutionDataSource is overriding existing"):
+        old_data_source_class(world.frameworks())
