@@ -377,9 +377,10 @@ def return_to_objc(value, rettype: str, meta: dict, objc: ObjCStub, what: str):
             return None
         element = code[1:]
         if meta.get("c_array_of_variable_length"):
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise TypeError(f"{what}: Sequence required")
-            items = tuple(value)
+            try:
+                items = tuple(value)                          # PySequence_Tuple (objc_util.m 1764-1790)
+            except TypeError:
+                raise TypeError(f"{what}: Sequence required") from None
             converted = [to_c_value(item, element, objc, what) for item in items]
             return np.array(converted, dtype={"f": np.float32, "d": np.float64}.get(element, object))
         if value is None:
