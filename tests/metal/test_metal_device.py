@@ -25,7 +25,6 @@ import fastdeconv
 from fastdeconv import metal
 from fastdeconv._backends import mps as mps_backend
 from fastdeconv._backends import registry as _backends
-from fastdeconv.metal import engine as metal_engine
 from fastdeconv.metal import descriptors, selftest
 from helpers import Case
 from test_metal_descriptors import cases
