@@ -1,4 +1,5 @@
-"""Command line: ``fastdeconv {info, bench, convert, dask-demo}`` (the console script) or ``python -m fastdeconv``.
+"""Command line: ``fastdeconv {info, bench, convert, dask-demo, selftest}`` (the console script) or
+``python -m fastdeconv``.
 
 It parses the arguments and dispatches to the tools: :mod:`fastdeconv.bench` and
 :mod:`fastdeconv.convert`, each imported only for its own command."""
@@ -63,7 +64,7 @@ def build_parser(prog="fastdeconv"):
 
     parser = _Parser(prog=prog, description="fastdeconv: grouped 2-D transposed convolution (NHWC) for numpy.")
     parser.add_argument("--version", action="version", version=f"fastdeconv {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{info,bench,convert,dask-demo}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{info,bench,convert,dask-demo,selftest}")
     commands.add_parser("info", help="print show_config(): build, thread pool, SIMD paths, threads")
     bench = commands.add_parser(
         "bench", help="time the benchmark suite against torch and onnxruntime (when they run)",
@@ -104,6 +105,13 @@ def build_parser(prog="fastdeconv"):
     # listed here; main() hands its arguments to fastdeconv.bench.dask_demo (the dask extra), which parses them
     commands.add_parser("dask-demo", help="upsample a zarr image with dask, out of core, and report the throughput "
                         "(needs the dask extra; dask-demo --help)")
+    commands.add_parser(
+        "selftest", help="check the Metal backends on this Mac's GPU and print a table for a bug report",
+        description="Run fastdeconv.metal.selftest's checks (non-square kernels, asymmetric strides, groups, "
+                    "depthwise, odd channel counts, batches; float32 and float16) on backend mps and mps-cnn, "
+                    "against the numpy reference, and print a markdown table to paste into a bug report.",
+        epilog="exit status: 0 every check passed; 1 a check failed; 3 no Metal backend can run here (not macOS, "
+               "no Metal device, or PyObjC missing: the reason is printed), so nothing was checked")
     return parser
 
 
@@ -181,6 +189,10 @@ def main(argv=None, prog="fastdeconv") -> int:
 
         show_config()
         return 0
+    if args.command == "selftest":
+        from .metal.selftest import main as selftest_main
+
+        return selftest_main(prog=f"{prog} selftest")
     if args.command == "bench":
         from .bench.suites import run_bench, suite_cases
 

@@ -38,7 +38,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import types
 import zipfile
 from pathlib import Path
 
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "metal"))
 
 import objc_calls as metal_objc_calls  # noqa: E402
+import pyobjc_wheels  # noqa: E402
 
 OUTPUT = ROOT / "tests" / "metal" / "data" / "pyobjc_selectors.json"
 
@@ -147,63 +147,18 @@ def download(directory: Path) -> None:
             raise SystemExit(f"pip left no sdist of {package}=={version} in {sdists} or {tmp}")
 
 
-def _normal(package: str) -> str:
-    return package.lower().replace("-", "_")
+_normal = pyobjc_wheels.normal_name
 
 
 def _wheel(wheels: Path, package: str) -> Path:
-    found = sorted(wheels.glob(f"{_normal(package)}-*.whl"))
-    if not found:
+    found = pyobjc_wheels.wheel_path(wheels, package)
+    if found is None:
         raise SystemExit(f"no wheel of {package} in {wheels} (run with --download)")
-    return found[-1]
+    return found
 
 
 def _wheel_version(wheels: Path, package: str) -> str:
     return _wheel(wheels, package).name.split("-")[1]
-
-
-class _Stub:
-    """Whatever _metadata.py asks of objc besides registerMetaDataForSelector (struct types, …)."""
-
-    def __call__(self, *args, **kwargs):
-        return _Stub()
-
-    def __getattr__(self, name):
-        return _Stub()
-
-
-def read_metadata(wheels: Path, framework: str, package: str) -> dict:
-    """{(class, selector): metadata} registered by the wheel's <framework>/_metadata.py, bytes as str."""
-    registered = {}
-    objc = types.ModuleType("objc")
-    objc.arch = "arm64"
-    objc.registerMetaDataForSelector = lambda cls, sel, meta: registered.__setitem__(
-        (cls.decode(), sel.decode()), _jsonable(meta))
-    objc.__getattr__ = lambda name: _Stub()
-    with zipfile.ZipFile(_wheel(wheels, package)) as wheel:
-        source = wheel.read(f"{framework}/_metadata.py").decode("utf-8")
-    saved = sys.modules.get("objc")
-    sys.modules["objc"] = objc
-    try:
-        exec(compile(source, f"{framework}/_metadata.py", "exec"), {"__name__": f"{framework}._metadata"})
-    finally:
-        if saved is None:
-            del sys.modules["objc"]
-        else:
-            sys.modules["objc"] = saved
-    return registered
-
-
-def _jsonable(value):
-    if isinstance(value, bytes):
-        return value.decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
 
 
 def read_header_scan(sdists: Path, framework: str, package: str, arch: str) -> tuple[dict, str]:
@@ -290,12 +245,15 @@ def _args(method):
 
 def _registered(metadata: dict, decl: Declarations, owner: str, selector: str):
     """The registration PyObjC finds for ``selector`` sent to ``owner`` (PyObjC_FindInRegistry: the most
-    specific registered superclass; protocol methods are registered on NSObject)."""
+    specific registered superclass; protocol methods are registered on NSObject). Of several frameworks'
+    registrations of one (class, selector) the last imported wins (registry.m, PyObjC_AddToRegistry:
+    "if so replace that registration"): ``metadata`` is in import order (pyobjc_wheels.METADATA_ORDER)."""
     chain = ["NSObject"] if owner.startswith("<") else decl.superclasses(owner)
     for cls in chain:
-        for framework_metadata in metadata.values():
-            if (cls, selector) in framework_metadata:
-                return {"registered_on": cls, **framework_metadata[(cls, selector)]}
+        found = [framework_metadata[(cls, selector)] for framework_metadata in metadata.values()
+                 if (cls, selector) in framework_metadata]
+        if found:
+            return {"registered_on": cls, **found[-1]}
     return None
 
 
@@ -374,12 +332,18 @@ def build_table(uses, metadata: dict, decls: dict, sources: dict, versions: dict
             framework, proto = main.protocols[name]
             protocols[name] = {"framework": framework, "implements": proto.get("implements", []),
                                "required": sorted(m["selector"] for m in proto["methods"] if m.get("required")),
-                               "optional": sorted(m["selector"] for m in proto["methods"] if not m.get("required"))}
+                               "optional": sorted(m["selector"] for m in proto["methods"] if not m.get("required")),
+                               # what the runtime's protocol_copyMethodDescriptionList lists (tests/metal/
+                               # pyobjc_runtime.py builds objc.protocolNamed's answer from it); BOOL is "Z"
+                               "methods": [{"selector": m["selector"], "class_method": bool(m.get("class_method")),
+                                            "required": bool(m.get("required")), "retval": m["retval"]["typestr"],
+                                            "args": [a["typestr"] for a in m["args"]]} for m in proto["methods"]]}
     if problems:
         raise SystemExit("cannot build the table:\n  " + "\n  ".join(problems))
     return {
         "about": "What PyObjC's metadata says about every Objective-C name fastdeconv/metal/ uses. Written by "
-                 "scripts/extract_pyobjc_selectors.py; checked against the source by tests/metal/test_metal_selectors.py.",
+                 "scripts/extract_pyobjc_selectors.py; checked against the source by "
+                 "tests/metal/test_metal_selectors.py.",
         "pyobjc": versions,
         "header_scans": {fw: src for fw, src in sorted(sources.items())},
         "selectors": dict(sorted(selectors.items())),
@@ -435,7 +399,7 @@ def main(argv=None) -> int:
     if args.download:
         download(args.pyobjc_dir)
     wheels, sdists = args.pyobjc_dir / "wheels", args.pyobjc_dir / "sdists"
-    metadata = {fw: read_metadata(wheels, fw, package) for fw, (package, _) in FRAMEWORKS.items()}
+    metadata = pyobjc_wheels.read_metadata(wheels)
     decls, sources = {}, {}
     for arch in ARCHES:
         scans = {}

@@ -244,8 +244,9 @@ class CnnKernelDescriptor:
 
     ``kernel_class`` is the class name; it is created with ``initWithDevice:weights:`` from an
     MPSCNNConvolutionDataSource whose ``descriptor`` is ``convolution``, float32 weights in OHWI
-    (``weights_shape``; for the transpose ``to_mpscnn_transpose``'s 180°-rotated ones) and the bias
-    (``has_bias``). Kernel properties: ``offset`` = (offset_x, offset_y, 0) (MPSOffset),
+    (``weights_shape``; for the transpose ``to_mpscnn_transpose``'s 180°-rotated ones) and no bias
+    (``biasTerms`` is NULL): with ``has_bias`` the bias is added to the images read back
+    (:func:`add_bias_after_readback`). Kernel properties: ``offset`` = (offset_x, offset_y, 0) (MPSOffset),
     ``edgeMode`` = ``edge_mode``, and for the transpose ``kernelOffsetX/Y``. Encoded with
     ``encodeBatchToCommandBuffer:sourceImages:destinationImages:`` with destinations of exactly
     ``destination`` size (clipRect = whole image).
@@ -414,8 +415,19 @@ def cnn_weights(descriptor: CnnDescriptor, weight: np.ndarray, groups: int) -> n
     return converted
 
 
+def add_bias_after_readback(images: np.ndarray, bias) -> np.ndarray:
+    """An MPSCNN stage's result with its bias: added in float32 to the images read back (N, H, W, C_out),
+    then rounded once to their dtype. Not inside MPS: whether PyObjC applies MPS's metadata for
+    ``biasTerms`` (a variable-length ``^f``) to a Python data source is unsettled, and NULL is right
+    either way (fastdeconv.metal.pyobjc_layer.data_source_class)."""
+    if bias is None:
+        return images
+    return (images.astype(np.float32) + np.asarray(bias, dtype=np.float32)).astype(images.dtype)
+
+
 def cnn_bias(descriptor: CnnDescriptor, bias, out_channels: int) -> np.ndarray | None:
-    """MPSCNN: float32 (C_out,) or None (``biasTerms`` returns NULL). Direct kernel: zeros when absent."""
+    """MPSCNN: float32 (C_out,) or None (added by :func:`add_bias_after_readback`). Direct kernel: zeros when
+    absent."""
     stage = descriptor.stage
     if isinstance(stage, DirectKernelDescriptor):
         if bias is None:

@@ -37,6 +37,7 @@ from .descriptors import (
     DirectKernelDescriptor,
     GraphConvolutionDescriptor,
     GraphDescriptor,
+    add_bias_after_readback,
 )
 
 
@@ -193,11 +194,11 @@ def _run_cnn_kernel(stage: CnnKernelDescriptor, x: np.ndarray, weights: np.ndarr
                          f"not match the descriptor {stage.weights_shape} float32 / {stage.has_bias}")
     model = (mpscnn_model.convolution_transpose if stage.kernel_class == "MPSCNNConvolutionTranspose"
              else mpscnn_model.convolution)
-    y = np.asarray(model(x.astype(image_dtype), weights, model_params(stage), bias))
+    y = np.asarray(model(x.astype(image_dtype), weights, model_params(stage)))
     expected = (stage.batch, stage.destination.height, stage.destination.width, stage.destination.feature_channels)
     if y.shape != expected:
         raise ValueError(f"{stage.kernel_class} produced {y.shape}, the destination images are {expected}")
-    return y.astype(DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format])
+    return add_bias_after_readback(y.astype(DTYPE_OF_IMAGE_FORMAT[stage.destination.channel_format]), bias)
 
 
 class MslTranscription:

@@ -2,8 +2,9 @@
 
 Nothing here decides anything: every number comes from the descriptor. Apple's frameworks are
 imported on first use (:func:`frameworks`), never when fastdeconv is imported; tests substitute a
-fake of PyObjC with :func:`use_frameworks` (tests/metal/test_metal_pyobjc.py: it records every call and
-applies PyObjC's conversion rules) to check that every descriptor field reaches a Metal call.
+fake of PyObjC with :func:`use_frameworks` (tests/metal/test_metal_pyobjc.py: it records every call,
+builds the data-source class with PyObjC's own pure-Python class builder from its macOS wheel, and
+converts as pyobjc-core's C source does) to check that every descriptor field reaches a Metal call.
 
 Every Objective-C call made here (PyObjC spells ``a:b:c:`` as ``a_b_c_``), and every method the
 MPSCNN data source implements, is listed with its PyObjC signature and the macOS version that
@@ -33,7 +34,7 @@ How PyObjC converts what crosses the bridge here (pyobjc-core 13.0's C source; f
   ``PyObjC_kVariableLengthArray`` case → ``objc_support.m`` ``depythonify_c_return_array_count``);
   ``objc.NULL`` becomes NULL. ``void`` elements have no converter ("depythonifying unknown typespec
   0x76"), so MPS's metadata for ``-weights`` (a variable-length ``^v``) can never be served: see
-  :func:`data_source_class` for the override. A variable-length ``^f`` (``-biasTerms``) works.
+  :func:`data_source_class` for the override. ``-biasTerms`` returns ``objc.NULL`` (see there).
 * A plain ``^v`` (no array flag) converts from a Python int, the address (``objc_support.m``,
   ``depythonify_c_value``, case ``_C_PTR`` with ``type[1] == _C_VOID``); None becomes NULL.
 * An output array argument (``type_modifier`` ``o``, variable length: ``readBytes:dataLayout:
@@ -54,8 +55,8 @@ which PyObjC bridges as NSArray/NSDictionary proxies (tests/metal/test_metal_dev
 from __future__ import annotations
 
 import contextlib
+import functools
 import struct
-import types
 from importlib import resources
 
 import numpy as np
@@ -67,6 +68,7 @@ from .descriptors import (
     GRAPH_PADDING_MODE_CONSTANT,
     MPS_DATA_TYPE,
     DirectKernelDescriptor,
+    add_bias_after_readback,
 )
 
 STORAGE_MODE_SHARED = 0                 # MTLResourceStorageModeShared (MTLResourceOptions)
@@ -78,18 +80,31 @@ _frameworks = None
 _context = None
 
 
-def frameworks():
-    """Metal, MetalPerformanceShaders (MPS), MetalPerformanceShadersGraph (MPSGraph), objc, Foundation."""
-    global _frameworks
-    if _frameworks is None:
+class AppleFrameworks:
+    """Metal, MetalPerformanceShaders (``MPS``), objc and Foundation, imported when this is made;
+    MetalPerformanceShadersGraph (``MPSGraph``) only on first use, by backend "mps": PyObjC's wrapper of it
+    raises ImportError before macOS 11 (``objc/_dyld.py``), and backend "mps-cnn" runs from macOS 10.13.4."""
+
+    def __init__(self):
         import Foundation
         import Metal
         import MetalPerformanceShaders
-        import MetalPerformanceShadersGraph
         import objc
 
-        _frameworks = types.SimpleNamespace(Metal=Metal, MPS=MetalPerformanceShaders,
-                                            MPSGraph=MetalPerformanceShadersGraph, objc=objc, Foundation=Foundation)
+        self.Metal, self.MPS, self.objc, self.Foundation = Metal, MetalPerformanceShaders, objc, Foundation
+
+    @functools.cached_property
+    def MPSGraph(self):  # noqa: N802 - named like the framework, as the other attributes
+        import MetalPerformanceShadersGraph
+
+        return MetalPerformanceShadersGraph
+
+
+def frameworks():
+    """The :class:`AppleFrameworks` of this process (or the fake a test installed with :func:`use_frameworks`)."""
+    global _frameworks
+    if _frameworks is None:
+        _frameworks = AppleFrameworks()
     return _frameworks
 
 
@@ -324,20 +339,25 @@ def data_source_class():
     """FastdeconvConvolutionDataSource: an NSObject implementing MPSCNNConvolutionDataSource in Python.
 
     Instances carry Python attributes set by :func:`make_data_source`: ``_descriptor`` (the
-    MPSCNNConvolutionDescriptor), ``_weights`` (float32 OHWI, C-contiguous), ``_bias`` (float32
-    (C_out,) or None) and ``_label``. They keep both arrays alive as long as they live, and the
-    :class:`CnnRunner` keeps the data source as long as its kernel: MPS reads the weights through the
-    returned address during ``initWithDevice:weights:`` and may ask again (``load``/``weights`` after
-    ``purge``, e.g. when weights are reloaded).
+    MPSCNNConvolutionDescriptor), ``_weights`` (float32 OHWI, C-contiguous) and ``_label``. The array
+    lives as long as the data source, and the :class:`CnnRunner` keeps the data source as long as its
+    kernel: MPS reads the weights through the returned address during ``initWithDevice:weights:`` and
+    may ask again (``load``/``weights`` after ``purge``).
+
+    How PyObjC builds the class (pyobjc-core ``Lib/objc/_transform.py``, ``transformAttribute`` and
+    ``validate_protocols``; tests/metal/test_metal_pyobjc.py runs that very file on this class):
+    a method takes its signature and class-method status from a method of the same name NSObject
+    already has, before the protocol is consulted, and the protocol's required methods must then be
+    instance methods of the protocol's signature.
     """
     global _data_source_class
     if _data_source_class is None:
         fw = frameworks()
         objc = fw.objc
         register_weights_metadata(objc)
+        protocol = objc.protocolNamed("MPSCNNConvolutionDataSource")
 
-        class FastdeconvConvolutionDataSource(fw.Foundation.NSObject,
-                                              protocols=[objc.protocolNamed("MPSCNNConvolutionDataSource")]):
+        class FastdeconvConvolutionDataSource(fw.Foundation.NSObject, protocols=[protocol]):
             def dataType(self):
                 return MPS_DATA_TYPE_FLOAT32
 
@@ -350,18 +370,27 @@ def data_source_class():
                 return self._weights.ctypes.data
 
             def biasTerms(self):
-                # MPS's metadata: a variable-length ``^f``. objc.NULL becomes NULL (None would raise
-                # TypeError "Sequence required"); a float32 array is converted item by item (``_C_FLT``
-                # through PyNumber_Float) into an autoreleased NSMutableData (objc_support.m,
-                # depythonify_c_return_array_count), alive until the enclosing autorelease pool drains,
-                # i.e. through initWithDevice:weights:, which reads it.
-                return objc.NULL if self._bias is None else self._bias
+                # Always NULL: CnnRunner.run adds the bias to the images read back. An array would need
+                # MPS's variable-length ``^f`` metadata on this method, which PyObjC may not apply to a
+                # class built with protocols= (the metadata of a selector made before its class exists
+                # is looked up with no class); as a plain ``^f`` an array fails. objc.NULL becomes NULL
+                # before the pointer kind is looked at (libffi_support.m, the method stub), so it is
+                # right either way; None would not be (TypeError "Sequence required" under the array
+                # metadata).
+                return objc.NULL
 
             def load(self):
                 return True
 
+            # NSObject has a class method +load (v@:), whose signature and class-method status a plain
+            # ``def load`` would inherit, failing the protocol check ("no implementation for instance
+            # method 'load'"). The protocol's own encoding is asked for: BOOL is ``B`` on arm64, ``c``
+            # on x86_64.
+            load = objc.selector(load, selector=b"load", signature=protocol.descriptionForInstanceMethod_(b"load")[1],
+                                 isClassMethod=False)
+
             def purge(self):
-                pass   # the arrays stay: MPS may load again, and they are small next to the kernel
+                pass   # the weights stay: MPS may load again, and they are small next to the kernel
 
             def label(self):
                 return self._label
@@ -376,11 +405,10 @@ def data_source_class():
     return _data_source_class
 
 
-def make_data_source(descriptor, weights: np.ndarray, bias, label: str):
+def make_data_source(descriptor, weights: np.ndarray, label: str):
     ds = data_source_class().alloc().init()
     ds._descriptor = descriptor
     ds._weights = np.ascontiguousarray(weights, dtype=np.float32)
-    ds._bias = None if bias is None else np.ascontiguousarray(np.ravel(bias), dtype=np.float32)
     ds._label = label
     return ds
 
@@ -412,7 +440,8 @@ class CnnRunner:
         if tuple(np.shape(weights)) != stage.weights_shape or (bias is not None) != stage.has_bias:
             raise ValueError(f"weights {np.shape(weights)} / bias {bias is not None} do not match the "
                              f"descriptor's {stage.weights_shape} / {stage.has_bias}")
-        self.data_source = make_data_source(conv_descriptor, weights, bias, f"fastdeconv {stage.kernel_class}")
+        self.data_source = make_data_source(conv_descriptor, weights, f"fastdeconv {stage.kernel_class}")
+        self.bias_after_readback = bias        # biasTerms is NULL: see data_source_class
         kernel = getattr(MPS, stage.kernel_class).alloc().initWithDevice_weights_(ctx.device, self.data_source)
         if kernel is None:
             raise RuntimeError(f"{stage.kernel_class} initWithDevice:weights: returned nil for {d}")
@@ -450,7 +479,7 @@ class CnnRunner:
         out = np.empty(self.descriptor.result_shape, dtype=out_dtype)
         for index, image in enumerate(destinations):
             image.readBytes_dataLayout_imageIndex_(out[index], stage.destination.data_layout, 0)
-        return out
+        return add_bias_after_readback(out, self.bias_after_readback)
 
     def _run_direct(self, ctx, stage: DirectKernelDescriptor, x: np.ndarray) -> np.ndarray:
         Metal = ctx.fw.Metal

@@ -46,6 +46,11 @@ PYTHON_METHODS = frozenset({
     "items", "get",                            # dict
 })
 
+#: Methods of PyObjC's own ``objc.formal_protocol`` (what ``objc.protocolNamed`` returns): Python API, not
+#: selectors sent to an Objective-C object.
+PYOBJC_PROTOCOL_METHODS = frozenset({"descriptionForInstanceMethod_", "descriptionForClassMethod_",
+                                     "instanceMethods", "classMethods", "conformsTo_"})
+
 #: Apple's C functions and classes: a framework prefix, then a capital (MTLCreateSystemDefaultDevice,
 #: MTLSizeMake; MPSImage, NSObject).
 FUNCTION_NAME = CLASS_NAME = re.compile(r"^(MTL|MPS|NS|CF)[A-Z]\w*$")
@@ -214,6 +219,8 @@ class _Scanner(ast.NodeVisitor):
             if name == "protocolNamed" and node.args and isinstance(node.args[0], ast.Constant):
                 self._use(node, "protocol", name, node.args[0].value, 0)
             return                                                   # PyObjC's API: objc.NULL, objc.protocolNamed
+        if name in PYOBJC_PROTOCOL_METHODS:
+            return
         if name.endswith("_"):
             self._use(node, "call", name, selector_of(name), nargs, keywords)
             return

@@ -3,10 +3,14 @@
 Every test is marked ``metal``. When ``$FASTDECONV_REQUIRE_METAL=1`` (the self-hosted Mac job of
 .github/workflows/macos.yml) an unavailable backend is a failure, not a skip.
 
-Tolerances: float32 through MPSGraph — 1e-4 relative (GPU summation order); float32 through MPSCNN
-— 5e-3 relative (Apple: MPSCNNConvolution "Weights are converted to half float (fp16) internally");
-float16 — 1e-2 relative (the helpers' float16 tolerance). The data are the helpers' same-sign data,
-so every output is a sum of same-signed terms and a relative tolerance is meaningful.
+Tolerances (fastdeconv.metal.selftest.tolerance): float32 through MPSGraph — 1e-4 relative (GPU summation
+order); float32 through MPSCNN — 5e-3 relative (Apple: MPSCNNConvolution "Weights are converted to half
+float (fp16) internally"); float16 — 1e-2 relative. The data are same-sign, so every output is a sum of
+same-signed terms and a relative tolerance is meaningful.
+
+``test_selftest_check`` runs the checks of ``python -m fastdeconv selftest`` (fastdeconv.metal.selftest.CHECKS:
+non-square kernels, asymmetric strides, groups, depthwise, channel counts not multiples of 4, N > 1,
+float32 and float16); a failing MPSCNN kernel is diagnosed (which weight order the GPU read).
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ import fastdeconv
 from fastdeconv import metal
 from fastdeconv._backends import mps as mps_backend
 from fastdeconv._backends import registry as _backends
-from fastdeconv.metal import engine as metal_engine
-from fastdeconv.metal import descriptors
+from fastdeconv.metal import descriptors, selftest
 from helpers import Case
 from test_metal_descriptors import cases
 
@@ -39,12 +42,6 @@ def _needs(path):
 
 pytestmark = pytest.mark.metal
 PATHS = ["mps", "mps-cnn"]
-
-
-def rtol(path, dtype, stage=None):
-    if np.dtype(dtype) == np.float16:
-        return 1e-2
-    return 5e-3 if path == "mps-cnn" and isinstance(stage, descriptors.CnnKernelDescriptor) else 1e-4
 
 
 def assert_metal_close(got, ref, tol, **described):
@@ -71,7 +68,8 @@ def check(path, case):
     x, w, b = case.arrays()
     ref = case.call(x, w, b, backend="cpu")
     got = case.call(x, w, b, backend=path)
-    assert_metal_close(got, ref, rtol(path, case.result_dtype, stage_of(path, case)), path=path, **case.describe())
+    assert_metal_close(got, ref, selftest.tolerance(path, case.result_dtype, stage_of(path, case)), path=path,
+                       **case.describe())
 
 
 FIXED = [
@@ -95,6 +93,15 @@ def test_fixed_cases(path, params, dtype):
     check(path, Case(dtype=dtype, **params))
 
 
+@pytest.mark.parametrize("check", selftest.CHECKS, ids=[check.name for check in selftest.CHECKS])
+@pytest.mark.parametrize("path", PATHS)
+def test_selftest_check(path, check):
+    _needs(path)
+    result = selftest.run_check(check, path)
+    assert result.ok, (f"{check.describe()} {check.dtype} on {path} ({result.engine}): error {result.error:.1e} > "
+                       f"{result.tol:.0e}; {result.diagnosis}")
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("op", ["t", "c"])
 def test_random_cases(path, op):
@@ -116,7 +123,7 @@ def test_unbatched_and_out(path):
     ref = case.call(x, w, b, backend="cpu")
     out = np.empty_like(ref)
     assert case.call(x, w, b, backend=path, out=out) is out
-    assert_metal_close(out, ref, rtol(path, np.float32, stage_of(path, case)))
+    assert_metal_close(out, ref, selftest.tolerance(path, np.float32, stage_of(path, case)))
 
 
 @pytest.mark.parametrize("kernel", [3, 4])
@@ -149,7 +156,8 @@ def test_direct_kernel_on_the_device():
             runner = pyobjc_layer.CnnRunner(descriptor, descriptors.cnn_weights(descriptor, w, g.groups),
                                             descriptors.cnn_bias(descriptor, b, g.out_channels))
             got = runner.run(np.ascontiguousarray(x, dtype))
-            assert_metal_close(got, case.call(x, w, b, backend="cpu"), rtol("mps-cnn", dtype), **case.describe())
+            assert_metal_close(got, case.call(x, w, b, backend="cpu"), selftest.tolerance("mps-cnn", dtype),
+                               **case.describe())
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -162,7 +170,8 @@ def test_layer_reuses_gpu_state(path):
     first = layer.run(x, g)
     second = layer.run(x, g)
     assert np.array_equal(first, second)
-    assert_metal_close(first, case.call(x, w, b, backend="cpu"), rtol(path, np.float32, stage_of(path, case)))
+    assert_metal_close(first, case.call(x, w, b, backend="cpu"),
+                       selftest.tolerance(path, np.float32, stage_of(path, case)))
 
 
 def test_backends_report_mps():

@@ -18,6 +18,7 @@ import pytest
 
 from fastdeconv import metal
 from fastdeconv.metal import descriptors, pyobjc_layer
+import pyobjc_wheels
 from objc_calls import OBJC_MODULES, SCOPE_PATHS, framework_imports, metal_sources, scan
 
 TABLE = json.loads((Path(__file__).parent / "data" / "pyobjc_selectors.json").read_text(encoding="utf-8"))
@@ -135,6 +136,27 @@ def test_status_reason_names_the_selector_of_the_gate():
     for path, selector in metal._GATE_SELECTOR.items():
         gate = ".".join(map(str, metal._MIN_MACOS[path]))
         assert _version(TABLE["selectors"][selector]["introduced"]) == _version(gate)
+
+
+def test_the_table_is_what_the_wheels_register():
+    """Every ``pyobjc_metadata`` of the committed table is the registration PyObjC's wheels make for that
+    (class, selector), the last in import order winning (PyObjC replaces a registration of the same key),
+    and the protocol table lists the same selectors as its methods."""
+    folder = pyobjc_wheels.wheels_folder()
+    final = {}
+    for registrations in pyobjc_wheels.read_metadata(folder).values():      # import order
+        final.update(registrations)
+    differ = []
+    for selector, entry in TABLE["selectors"].items():
+        recorded = entry["pyobjc_metadata"]
+        if recorded is None:
+            continue
+        registered = final.get((recorded["registered_on"], selector))
+        if registered != {k: v for k, v in recorded.items() if k != "registered_on"}:
+            differ.append(f"{selector} on {recorded['registered_on']}: table {recorded}, wheels {registered}")
+    assert not differ, "run scripts/extract_pyobjc_selectors.py:\n" + "\n".join(differ)
+    for name, protocol in TABLE["protocols"].items():
+        assert sorted(m["selector"] for m in protocol["methods"]) == sorted(protocol["required"] + protocol["optional"])
 
 
 def test_enum_values_match_pyobjc():
