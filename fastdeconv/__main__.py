@@ -107,7 +107,7 @@ def build_parser(prog="fastdeconv"):
                         "(needs the dask extra; dask-demo --help)")
     commands.add_parser(
         "selftest", help="check the Metal backends on this Mac's GPU and print a table for a bug report",
-        description="Run fastdeconv.metal.selftest's checks (non-square kernels, asymmetric strides, groups, "
+        description="Run fastdeconv.selftest's checks (non-square kernels, asymmetric strides, groups, "
                     "depthwise, odd channel counts, batches; float32 and float16) on backend mps and mps-cnn, "
                     "against the numpy reference, and print a markdown table to paste into a bug report.",
         epilog="exit status: 0 every check passed; 1 a check failed; 3 no Metal backend can run here (not macOS, "
@@ -190,7 +190,7 @@ def main(argv=None, prog="fastdeconv") -> int:
         show_config()
         return 0
     if args.command == "selftest":
-        from .metal.selftest import main as selftest_main
+        from .selftest import main as selftest_main
 
         return selftest_main(prog=f"{prog} selftest")
     if args.command == "bench":

@@ -19,7 +19,7 @@ import fastdeconv
 PACKAGE = Path(fastdeconv.__file__).resolve().parent
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-TOOLS = ("fastdeconv.convert", "fastdeconv.bench", "fastdeconv.__main__")
+TOOLS = ("fastdeconv.convert", "fastdeconv.bench", "fastdeconv.selftest", "fastdeconv.__main__")
 API = ("fastdeconv", "fastdeconv._api", "fastdeconv._layers", "fastdeconv._weight_cache")
 
 

@@ -3,12 +3,12 @@
 Every test is marked ``metal``. When ``$FASTDECONV_REQUIRE_METAL=1`` (the self-hosted Mac job of
 .github/workflows/macos.yml) an unavailable backend is a failure, not a skip.
 
-Tolerances (fastdeconv.metal.selftest.tolerance): float32 through MPSGraph — 1e-4 relative (GPU summation
+Tolerances (fastdeconv.selftest.tolerance): float32 through MPSGraph — 1e-4 relative (GPU summation
 order); float32 through MPSCNN — 5e-3 relative (Apple: MPSCNNConvolution "Weights are converted to half
 float (fp16) internally"); float16 — 1e-2 relative. The data are same-sign, so every output is a sum of
 same-signed terms and a relative tolerance is meaningful.
 
-``test_selftest_check`` runs the checks of ``python -m fastdeconv selftest`` (fastdeconv.metal.selftest.CHECKS:
+``test_selftest_check`` runs the checks of ``python -m fastdeconv selftest`` (fastdeconv.selftest.CHECKS:
 non-square kernels, asymmetric strides, groups, depthwise, channel counts not multiples of 4, N > 1,
 float32 and float16); a failing MPSCNN kernel is diagnosed (which weight order the GPU read).
 """
@@ -25,7 +25,8 @@ import fastdeconv
 from fastdeconv import metal
 from fastdeconv._backends import mps as mps_backend
 from fastdeconv._backends import registry as _backends
-from fastdeconv.metal import descriptors, selftest
+from fastdeconv import selftest
+from fastdeconv.metal import descriptors
 from helpers import Case
 from test_metal_descriptors import cases
 

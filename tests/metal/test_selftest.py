@@ -1,4 +1,4 @@
-"""``python -m fastdeconv selftest`` (fastdeconv.metal.selftest) where no Mac is: its checks run on the numpy
+"""``python -m fastdeconv selftest`` (fastdeconv.selftest) where no Mac is: its checks run on the numpy
 executors (fastdeconv.metal.engine.simulated), its diagnosis names a transposed weight order, and the
 command says plainly that there is no Metal device, with exit status 3."""
 
@@ -13,7 +13,8 @@ import pytest
 import fastdeconv
 from fastdeconv import metal
 from fastdeconv.__main__ import main as cli
-from fastdeconv.metal import descriptors, engine, executors, selftest
+from fastdeconv import selftest
+from fastdeconv.metal import descriptors, engine, executors
 from helpers import script_env
 
 TRANSPOSE = next(c for c in selftest.CHECKS if c.name == "transpose k3x2 s2")

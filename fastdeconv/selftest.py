@@ -98,7 +98,7 @@ def relative_error(got: np.ndarray, reference: np.ndarray) -> float:
 def tolerance(path: str, dtype, stage=None) -> float:
     """float16: 1e-2. float32 through an MPSCNN kernel: 5e-3 (Apple: MPSCNNConvolution "Weights are converted to
     half float (fp16) internally"); otherwise 1e-4 (GPU summation order)."""
-    from .descriptors import CnnKernelDescriptor
+    from .metal.descriptors import CnnKernelDescriptor
 
     if np.dtype(dtype) == np.float16:
         return 1e-2
@@ -120,7 +120,7 @@ class Result:
 
 
 def _geometry(check: Check, x, w):
-    from .._params import resolve_conv2d, resolve_conv_transpose2d
+    from ._params import resolve_conv2d, resolve_conv_transpose2d
 
     kw = check.kwargs()
     if check.op == "t":
@@ -134,7 +134,7 @@ def run_check(check: Check, path: str) -> Result:
     import fastdeconv
     from fastdeconv import reference
 
-    from .descriptors import CnnKernelDescriptor, cnn_descriptor
+    from .metal.descriptors import CnnKernelDescriptor, cnn_descriptor
 
     x, w, b = check.arrays()
     geometry = _geometry(check, x, w)
@@ -180,8 +180,8 @@ def weight_orders(buffer: np.ndarray) -> dict[str, np.ndarray]:
 def diagnose_weight_order(geometry, dtype, x, w, b, got) -> str:
     """Which reading of the weight buffer explains the GPU's result, by the numpy model of MPSCNN
     (fastdeconv.metal.mpscnn_model) fed each order of :func:`weight_orders`."""
-    from . import executors
-    from .descriptors import cnn_bias, cnn_descriptor, cnn_weights
+    from .metal import executors
+    from .metal.descriptors import cnn_bias, cnn_descriptor, cnn_weights
 
     descriptor = cnn_descriptor(geometry, dtype, b is not None)
     buffer = cnn_weights(descriptor, w, geometry.groups)
@@ -206,7 +206,7 @@ def run_checks(paths=PATHS, checks=CHECKS) -> list[Result]:
 
 
 def environment_line() -> str:
-    from .. import __version__
+    from . import __version__
 
     try:
         pyobjc = metadata.version("pyobjc-core")        # not imported: only pyobjc_layer imports PyObjC
@@ -235,7 +235,7 @@ def format_report(results: list[Result], states: dict) -> str:
 
 def main(prog: str = "fastdeconv selftest") -> int:
     """Run every check on every available Metal backend and print the report; see the module's exit statuses."""
-    from . import status
+    from .metal import status
 
     states = {path: status(path) for path in PATHS}
     runnable = [path for path, state in states.items() if state.available]
