@@ -25,8 +25,16 @@
  *   column n0 = p*P and at packed offset K*n0; inside it, row k occupies pw
  *   consecutive elements (pw = panel width): element (k, n) sits at
  *       packed[K*n0 + k*pw + (n - n0)],   padding columns are zero.
- *   fd_?gemm_packed_size(K, N) = K * roundup(N, G). No alignment is required (the
+ *   fd_?gemm_packed_size(K, N) = K * roundup(N, G), less the narrow last panel's padding (below). No alignment is required (the
  *   kernels use unaligned loads), though 64-byte aligned buffers are slightly faster.
+ *
+ * NARROW LAST PANEL (at most FD_GEMM_DOT_MAX_N columns: a convolution's head with 1-4 outputs, a
+ *   col2im of one output over a 2x2 kernel, the last columns of a 33-36 wide B): a 16-wide tile would
+ *   compute 4-16x the useful products. Such a panel is packed transposed instead, column j of it at
+ *   packed[K*n0 + j*K + k] (K*valid elements), and its C elements are dot products along k: vectors of
+ *   A and of B's column, a register tile of rows x all its columns, each accumulator summed across its
+ *   lanes once at the end (gemm_simd.template.c, "dot"). A column range that starts on a panel
+ *   boundary still starts at packed + K*n0, so callers slice B as before.
  *
  * KERNELS (XNNPACK-style igemm, gemm_simd.template.c): A is broadcast straight from
  * the row pointers (no A packing), each k step loads one packed B row of the tile and
@@ -70,6 +78,10 @@ extern "C" {
 /* Columns [n0, N) of a packed B start at packed + K*n0 when n0 is a multiple of this
  * (a float panel; two double panels), so callers can split B's columns between threads. */
 #define FD_GEMM_COLUMN_ALIGN 32
+
+/* A last panel of at most this many columns is packed transposed and multiplied by dot products (NARROW
+ * LAST PANEL above). */
+#define FD_GEMM_DOT_MAX_N 4
 
 /* Number of floats/doubles the packed form of a K x N matrix B needs (includes padding). */
 size_t fd_sgemm_packed_size(size_t K, size_t N);

@@ -24,6 +24,17 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
 }
 
+/* The sum of a vector's lanes (the dot kernel's last step). */
+static inline FD_TARGET float fd_avx2_hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline FD_TARGET double fd_avx2_hsum_pd(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
 /* ---- float: 8 lanes */
 #define FD_REAL float
 #define FD_PREFIX s
@@ -39,6 +50,8 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_ps((p), fd_avx2_mask32(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_ps((p), fd_avx2_mask32(n), (v))
+#define FD_VHSUM(v) fd_avx2_hsum_ps(v)
+#define FD_DOT_ACC 8
 #define FD_WIDE_MR 6
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 6
@@ -62,6 +75,8 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_pd((p), fd_avx2_mask64(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_pd((p), fd_avx2_mask64(n), (v))
+#define FD_VHSUM(v) fd_avx2_hsum_pd(v)
+#define FD_DOT_ACC 8
 #define FD_WIDE_MR 6
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 6

@@ -32,6 +32,8 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
+#define FD_VHSUM(v) _mm512_reduce_add_ps(v)
+#define FD_DOT_ACC 16
 #define FD_WIDE_MR 12
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 8
@@ -55,6 +57,8 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_VFMA(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1u), (v))
+#define FD_VHSUM(v) _mm512_reduce_add_pd(v)
+#define FD_DOT_ACC 16
 #define FD_WIDE_MR 8
 #define FD_WIDE_NV 2
 #define FD_NARROW_MR 8

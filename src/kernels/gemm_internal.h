@@ -37,11 +37,19 @@
 #define FD_DPANEL 16
 #define FD_DGRANULE 8
 
-/* Width of the panel starting at column n0 (n0 a multiple of the panel width). */
+/* Width of the panel starting at column n0 (n0 a multiple of the panel width): its elements per packed
+ * row, or, for a last panel of at most FD_GEMM_DOT_MAX_N columns (packed transposed, gemm.h), its
+ * columns. */
 static inline size_t fd_gemm_panel_width(size_t N, size_t n0, size_t panel, size_t granule) {
     size_t rest = N - n0;
     if (rest >= panel) return panel;
+    if (rest <= FD_GEMM_DOT_MAX_N) return rest;
     return (rest + granule - 1) / granule * granule;
+}
+
+/* Whether the panel starting at column n0 is a narrow last panel, packed transposed (gemm.h). */
+static inline int fd_gemm_panel_is_dot(size_t N, size_t n0, size_t panel) {
+    return N - n0 < panel && N - n0 <= FD_GEMM_DOT_MAX_N;
 }
 
 /* Rows of C to process per chunk (all panels of a chunk before the next one).

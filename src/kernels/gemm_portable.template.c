@@ -5,7 +5,8 @@
 #endif
 
 size_t FD_FN(gemm_packed_size)(size_t K, size_t N) {
-    return K * ((N + FD_GRANULE - 1) / FD_GRANULE * FD_GRANULE);
+    const size_t full = N / FD_PANEL * FD_PANEL;
+    return K * (full + (N > full ? fd_gemm_panel_width(N, full, FD_PANEL, FD_GRANULE) : 0));
 }
 
 /* One panel row: `valid` elements, zero-padded to `width`. A full panel is copied with a
@@ -28,14 +29,17 @@ static inline void FD_FN(copy_panel_row)(FD_REAL *FD_RESTRICT dst, const FD_REAL
 #define FD_PACK_ROWS 32
 #endif
 void FD_FN(gemm_pack_b_rows)(size_t K, size_t N, const FD_REAL *const *rows, FD_REAL *packed) {
-    size_t n0, k, k0;
+    size_t n0, k, k0, j;
     for (k0 = 0; k0 < K; k0 += FD_PACK_ROWS)
     for (n0 = 0; n0 < N; n0 += FD_PANEL) {
+        const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
+        const size_t valid = N - n0 < width ? N - n0 : width;
         for (k = k0; k < K && k < k0 + FD_PACK_ROWS; k++) {
-            const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
-            const size_t valid = N - n0 < width ? N - n0 : width;
-            FD_REAL *dst = packed + K * n0 + k * width;
-            FD_FN(copy_panel_row)(dst, rows[k] + n0, valid, width);
+            if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {
+                for (j = 0; j < valid; j++) packed[K * n0 + j * K + k] = rows[k][n0 + j];
+                continue;
+            }
+            FD_FN(copy_panel_row)(packed + K * n0 + k * width, rows[k] + n0, valid, width);
         }
     }
 }
@@ -50,7 +54,9 @@ void FD_FN(gemm_pack_b)(size_t K, size_t N, const FD_REAL *b, ptrdiff_t stride_k
             const size_t valid = N - n0 < width ? N - n0 : width;
             const FD_REAL *src = b + (ptrdiff_t)k * stride_k + (ptrdiff_t)n0 * stride_n;
             FD_REAL *dst = packed + K * n0 + k * width;
-            if (stride_n == 1) {
+            if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {
+                for (j = 0; j < valid; j++) packed[K * n0 + j * K + k] = src[(ptrdiff_t)j * stride_n];
+            } else if (stride_n == 1) {
                 FD_FN(copy_panel_row)(dst, src, valid, width);
             } else {
                 for (j = 0; j < valid; j++) dst[j] = src[(ptrdiff_t)j * stride_n];
@@ -111,6 +117,25 @@ static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc
     }
 }
 
+/* A narrow last panel (gemm.h): columns [n0, n0 + nc) of C, B transposed (bt[j*K + k]), each element a
+ * dot product over k. */
+static void FD_FN(gemm_portable_dot)(size_t M, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
+                                     const FD_REAL *bt, const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0,
+                                     int accumulate) {
+    const size_t K = T * Kc;
+    size_t m, j, t, k;
+    for (m = 0; m < M; m++)
+        for (j = 0; j < nc; j++) {
+            FD_REAL sum = (FD_REAL)0, *c = c_rows[m] + n0 + j;
+            for (t = 0; t < T; t++) {
+                const FD_REAL *a = a_rows[m * T + t], *b = bt + j * K + t * Kc;
+                if (a == NULL) continue;   /* FD_GEMM_SKIP_NULL: a tap left out */
+                for (k = 0; k < Kc; k++) sum += a[k] * b[k];
+            }
+            *c = (accumulate ? *c : bias ? bias[n0 + j] : (FD_REAL)0) + sum;
+        }
+}
+
 void FD_FN(gemm_indirect_portable)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                    const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
                                    int flags) {
@@ -120,6 +145,10 @@ void FD_FN(gemm_indirect_portable)(size_t M, size_t N, size_t T, size_t Kc, cons
     for (n0 = 0; n0 < N; n0 += FD_PANEL) {
         const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
         const FD_REAL *panel = packed_b + K * n0;
+        if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {
+            FD_FN(gemm_portable_dot)(M, N - n0, T, Kc, a_rows, panel, bias, c_rows, n0, accumulate);
+            continue;
+        }
         for (m0 = 0; m0 < M; m0 += FD_PORTABLE_MR) {
             const size_t mr = M - m0 < FD_PORTABLE_MR ? M - m0 : FD_PORTABLE_MR;
             for (j = 0; j < width && n0 + j < N; j += FD_PORTABLE_NR) {

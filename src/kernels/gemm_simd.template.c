@@ -236,6 +236,89 @@ FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((n
 #endif
 #undef FD_DEFINE_TILE
 
+/* A narrow last panel (gemm.h): columns [n0, n0 + NC) of C rows [0, mr) as dot products along k with the
+ * panel transposed (bt[n*K + k]). A tile of MR rows x NC columns (constants after inlining) holds MR*NC
+ * vector accumulators, fed by MR vectors of A and NC of B per step of FD_LANES k (the last step of each
+ * tap masked: both operands zero past Kc), then summed across lanes. A tap missing from a row
+ * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
+static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dot_tile)(
+    const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
+    const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0, int accumulate) {
+    FD_VEC acc[FD_DOT_ACC][FD_GEMM_DOT_MAX_N];
+    const size_t K = T * Kc, full = Kc / FD_LANES * FD_LANES;
+    int i, n;
+    size_t t, k;
+#pragma GCC unroll 16
+    for (i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (n = 0; n < NC; n++) acc[i][n] = FD_VZERO();
+    for (t = 0; t < T; t++) {
+        const FD_REAL *a[FD_DOT_ACC];
+        int complete = 1;
+#pragma GCC unroll 16
+        for (i = 0; i < MR; i++) {
+            a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
+            complete &= a[i] != NULL;
+        }
+        if (complete) {
+            for (k = 0; k < Kc; k += FD_LANES) {
+                FD_VEC x[FD_DOT_ACC], w[FD_GEMM_DOT_MAX_N];
+                const int part = (int)(Kc - k);
+                if (k < full) {
+#pragma GCC unroll 16
+                    for (i = 0; i < MR; i++) x[i] = FD_VLOADU(a[i] + k);
+#pragma GCC unroll 4
+                    for (n = 0; n < NC; n++) w[n] = FD_VLOADU(bt + (size_t)n * K + t * Kc + k);
+                } else {
+#pragma GCC unroll 16
+                    for (i = 0; i < MR; i++) x[i] = FD_VLOAD_PART(a[i] + k, part);
+#pragma GCC unroll 4
+                    for (n = 0; n < NC; n++) w[n] = FD_VLOAD_PART(bt + (size_t)n * K + t * Kc + k, part);
+                }
+#pragma GCC unroll 16
+                for (i = 0; i < MR; i++)
+#pragma GCC unroll 4
+                    for (n = 0; n < NC; n++) acc[i][n] = FD_VFMA(x[i], w[n], acc[i][n]);
+            }
+        } else {   /* some rows lack this tap: row by row */
+            for (i = 0; i < MR; i++) {
+                if (a[i] == NULL) continue;
+                for (k = 0; k < Kc; k += FD_LANES) {
+                    const int part = (int)(Kc - k);
+                    const FD_VEC x = k < full ? FD_VLOADU(a[i] + k) : FD_VLOAD_PART(a[i] + k, part);
+                    for (n = 0; n < NC; n++) {
+                        const FD_REAL *b = bt + (size_t)n * K + t * Kc + k;
+                        acc[i][n] = FD_VFMA(x, k < full ? FD_VLOADU(b) : FD_VLOAD_PART(b, part), acc[i][n]);
+                    }
+                }
+            }
+        }
+    }
+    for (i = 0; i < MR && (size_t)i < mr; i++)
+        for (n = 0; n < NC; n++) {
+            FD_REAL *c = c_rows[i] + n0 + n;
+            *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + FD_VHSUM(acc[i][n]);
+        }
+}
+
+/* One instantiation per column count, each with as many rows as FD_DOT_ACC accumulators allow. */
+#define FD_DOT_ROWS(nc) (FD_DOT_ACC / (nc) < 8 ? FD_DOT_ACC / (nc) : 8)
+#define FD_DEFINE_DOT(nc)                                                                                        \
+    static FD_TARGET void FD_SIMD_FN(dot_##nc)(size_t M, size_t T, size_t Kc, const FD_REAL *const *a_rows,      \
+                                               const FD_REAL *bt, const FD_REAL *bias, FD_REAL *const *c_rows,    \
+                                               size_t n0, int accumulate) {                                       \
+        size_t m0;                                                                                                \
+        for (m0 = 0; m0 < M; m0 += FD_DOT_ROWS(nc))                                                               \
+            FD_SIMD_FN(dot_tile)(FD_DOT_ROWS(nc), nc, M - m0 < FD_DOT_ROWS(nc) ? M - m0 : FD_DOT_ROWS(nc), T, Kc, \
+                                 a_rows + m0 * T, bt, bias, c_rows + m0, n0, accumulate);                         \
+    }
+FD_DEFINE_DOT(1)
+FD_DEFINE_DOT(2)
+FD_DEFINE_DOT(3)
+FD_DEFINE_DOT(4)
+#undef FD_DEFINE_DOT
+#undef FD_DOT_ROWS
+
 /* All tiles of C rows [0, M) (pointer arrays already offset), panel by panel:
  * a B panel is reused from L1/L2 by every row tile before moving on. */
 static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t Kc,
@@ -250,6 +333,14 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
         const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
         const size_t valid = N - n0 < width ? N - n0 : width;
         const FD_REAL *panel = packed_b + K * n0;
+        if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {
+            typedef void (*dot_fn)(size_t, size_t, size_t, const FD_REAL *const *, const FD_REAL *, const FD_REAL *,
+                                   FD_REAL *const *, size_t, int);
+            static const dot_fn dots[FD_GEMM_DOT_MAX_N] = {FD_SIMD_FN(dot_1), FD_SIMD_FN(dot_2), FD_SIMD_FN(dot_3),
+                                                           FD_SIMD_FN(dot_4)};
+            dots[valid - 1](M, T, Kc, a_rows, panel, bias, c_rows, n0, accumulate);
+            continue;
+        }
 #ifdef FD_DENSE_WIDE_MR
         const size_t first = dense && valid == width ? FD_SIMD_FN(dense_rows)(M, N, Kc, width, a_rows, panel, c_rows, n0) : 0;
 #else
@@ -285,6 +376,7 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
         }
     }
 }
+
 
 FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                          const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
@@ -322,3 +414,5 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_DENSE_MAX_MR
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV
+#undef FD_VHSUM
+#undef FD_DOT_ACC
