@@ -46,10 +46,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     A convolution with one input channel per group (depthwise, with any channel multiplier) uses
     "depthwise": as an im2col GEMM it would have K = kH·kW and N = C_out/groups, far too small for
     the GEMM's tiles. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
-    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16) uses "winograd": its stride
-    phases as channels (a stride-1 correlation of 2 or 3 taps per side), computed in Winograd tiles
-    (calls with fewer than 64 output pixels run its im2col kernel). Every other convolution uses
-    "im2col". For a transposed convolution:
+    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16) and not many more in than out
+    (sH·sW·C_in <= 8·C_out: with 16-48 outputs from 400-3000 channels its transformed tiles, not the
+    GEMMs, set the pace) uses "winograd": its stride phases as channels (a stride-1 correlation of 2 or
+    3 taps per side), computed in Winograd tiles (images of fewer than 64 output pixels run its im2col
+    kernel). Every other convolution uses "im2col". For a transposed convolution:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
@@ -95,6 +96,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
+_CONV_WINOGRAD_MAX_IN_PER_OUT = 8
 
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
@@ -106,10 +108,12 @@ def _winograd_pays(geometry: ConvGeometry) -> bool:
 def _conv_winograd_pays(geometry: ConvGeometry) -> bool:
     """A convolution whose kernel is 2 or 3 times its stride runs as a stride-1 correlation of 2 or 3
     taps per side over sH·sW·C_in channels (src/algorithms/conv_winograd.template.c): Winograd pays on
-    the same terms as for that correlation."""
+    the same channel terms as for that correlation, while the outputs are not far fewer than the
+    input channels (the field suite's encoders: asv_benches/NOTES.md)."""
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
     return (kh % sh == 0 and kw % sw == 0 and 2 <= kh // sh <= 3 and 2 <= kw // sw <= 3
-            and geometry.in_per_group * sh * sw >= _WINOGRAD_MIN_IN_PER_GROUP
+            and _WINOGRAD_MIN_IN_PER_GROUP <= geometry.in_per_group * sh * sw
+            <= _CONV_WINOGRAD_MAX_IN_PER_OUT * geometry.out_per_group
             and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP and supports("winograd", geometry))
 
 

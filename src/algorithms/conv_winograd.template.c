@@ -16,10 +16,11 @@
  * (2.25x or 1.78x), with its exactness rules (a non-finite weight, or a task with a non-finite output,
  * runs the phase kernel over the same X).
  *
- * Small outputs. A call with fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels (all images) runs
- * conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be mostly
- * padding, and im2col leaves out the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel
- * reads a quarter of it). Tasks, workspace and run decide it alike, from the call's geometry.
+ * Small outputs. A call whose images have fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels each
+ * runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
+ * mostly padding or cut short (a 7x7 image is 3 tiles of 2 and one of 1 per side), and im2col leaves out
+ * the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel reads a quarter of it). Tasks,
+ * workspace and run decide it alike, from the call's geometry.
  *
  * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each group);
  * at most conv_winograd_band_rows rows. Its run writes the band's X (rows row_begin .. row_end + Ty - 2)
@@ -39,7 +40,7 @@
 #define CONV_WINOGRAD_MIN_OUTPUT_PIXELS 64
 
 static int conv_winograd_direct(const fd_geometry *geo) {
-    return geo->batch * geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_OUTPUT_PIXELS;
+    return geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_OUTPUT_PIXELS;
 }
 
 /* Blob parts: conv_im2col's blob (small outputs), then deconv_winograd's for the stride-1 correlation. */
