@@ -46,7 +46,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     A convolution with one input channel per group (depthwise, with any channel multiplier) uses
     "depthwise": as an im2col GEMM it would have K = kH·kW and N = C_out/groups, far too small for
     the GEMM's tiles. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
-    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16) and not many more in than out
+    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16), at most 16 MiB of weights
+    (as for transposed convolutions, below) and not many more in than out
     (sH·sW·C_in <= 8·C_out: with 16-48 outputs from 400-3000 channels its transformed tiles, not the
     GEMMs, set the pace) uses "winograd": its stride phases as channels (a stride-1 correlation of 2 or
     3 taps per side), computed in Winograd tiles (images of fewer than 64 output pixels run its im2col
@@ -58,8 +59,10 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
-    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1) and
-      enough channels (C_in/groups >= 32 and C_out/groups >= 16): "winograd", the phase
+    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
+      enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at most 16 MiB of float32
+      weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
+      "winograd", the phase
       decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies per output on
       those phases; with fewer channels its tile transforms cost more than that saves. Its error
       stays within the direct sum's. A call with fewer than 64 input pixels (N·H·W: its tiles would
@@ -97,12 +100,22 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
 _CONV_WINOGRAD_MAX_IN_PER_OUT = 8
+# Above this many bytes of float32 weights a layer keeps its direct algorithm: Winograd's packed
+# weights (2.8-5x the weights: the direct kernel's and the transformed ones) would outgrow the weight
+# cache (a 64 MiB layer's 272 MiB did: the function API re-packed it on every call, 190 ms against
+# the layer's 0.8 ms), and such layers meet small inputs (a 1x1 to 4x4 GAN stem).
+_WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
 
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP)
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
+
+
+def _weight_bytes(geometry: ConvGeometry) -> int:
+    """The layer's weights in float32 bytes."""
+    return 4 * int(np.prod(geometry.weight_shape))
 
 
 def _conv_winograd_pays(geometry: ConvGeometry) -> bool:
@@ -114,7 +127,8 @@ def _conv_winograd_pays(geometry: ConvGeometry) -> bool:
     return (kh % sh == 0 and kw % sw == 0 and 2 <= kh // sh <= 3 and 2 <= kw // sw <= 3
             and _WINOGRAD_MIN_IN_PER_GROUP <= geometry.in_per_group * sh * sw
             <= _CONV_WINOGRAD_MAX_IN_PER_OUT * geometry.out_per_group
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP and supports("winograd", geometry))
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES and supports("winograd", geometry))
 
 
 def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
