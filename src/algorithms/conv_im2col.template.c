@@ -11,6 +11,8 @@
  *   y[p, g*Cog + o] = bias + sum_{t = (ky, kx)} sum_i im2col[p, t, i] * w[g*Cog + o, ky, kx, i]
  *   GEMM shape (|P|, kH*kW*Cig) @ (kH*kW*Cig, Cog) per group; B is the group's
  *   weight slice transposed, packed once per layer (see PackedLayer).
+ * With fewer than IM2COL_DENSE_MAX_CIG channels per group, each chunk's rows are copied into a contiguous
+ * A (one row of kH*kW*Cig per pixel, zeros in the padding: terms of the formula) and multiplied as one tap.
  * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each
  * group); threads take disjoint bands, or, when the images have fewer pixels than a group has output
  * channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
@@ -33,7 +35,24 @@ static const char *im2col_unsupported(const fd_geometry *geo) {
  * otherwise), then each group's matrix. */
 enum { IM2COL_FINITE, IM2COL_ZEROS, IM2COL_MATRICES };
 
-#define im2col_workspace fd_indirect_gemm_workspace
+/* Taps of fewer input channels per group than this are copied, per chunk, into one contiguous A row of
+ * kH*kW*Cig elements per pixel (zeros in the padding), and the GEMM runs with one tap of that length: a
+ * tap of 3 channels (an RGB input) would fill 3 of a vector's 8-16 lanes and pay a pointer per 3 FMAs. */
+#define IM2COL_DENSE_MAX_CIG 16
+
+static int im2col_dense(const fd_geometry *geo) {
+    return geo->in_channels / geo->groups < IM2COL_DENSE_MAX_CIG;
+}
+
+/* The indirect GEMM's pointers, then (dense A) chunk rows of kH*kW*Cig elements: at most about
+ * FD_GEMM_CHUNK_BYTES, since the chunk is sized by that row length. */
+static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
+    fd_workspace ws = fd_indirect_gemm_workspace(geo, dtype);
+    if (im2col_dense(geo))
+        ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)ws.chunk * (size_t)(geo->kernel_h * geo->kernel_w) *
+                   (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
+    return ws;
+}
 
 static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
     const ptrdiff_t cols = geo->out_channels / geo->groups, pixels = geo->batch * geo->out_h * geo->out_w;
@@ -58,10 +77,57 @@ FD_DEFINE_ALGORITHM(im2col, 0)
 
 #else
 
+/* count < IM2COL_DENSE_MAX_CIG elements, zeros where from is NULL: an unrolled loop with an exit, which
+ * compilers keep inline (a plain copy loop becomes a call of memcpy, which costs more than the copy). */
+static inline void FD_FN(im2col_copy_short)(FD_REAL *FD_RESTRICT to, const FD_REAL *FD_RESTRICT from, ptrdiff_t count)
+{
+#if defined(__GNUC__)
+#pragma GCC unroll 16
+#endif
+    for (ptrdiff_t i = 0; i < IM2COL_DENSE_MAX_CIG; i++) {
+        if (i >= count) break;
+        to[i] = from != NULL ? from[i] : (FD_REAL)0;
+    }
+}
+
+/* Pixels [p0, p0 + M) of image n's output (counted row by row), group g: row m of `dense` holds the
+ * pixel's kH*kW taps of Cig channels each, zeros for a tap in the padding (a term 0 * w of the formula).
+ * A kernel row whose taps are adjacent pixels of one group (dilation 1 along W, no groups) inside the
+ * image is one copy of kW*Cin elements. */
+static void FD_FN(im2col_dense_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, ptrdiff_t n, ptrdiff_t g,
+                                     ptrdiff_t p0, ptrdiff_t M, FD_REAL *FD_RESTRICT dense)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Wo = geo->out_w;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, Cig = Cin / geo->groups, K = kH * kW * Cig;
+    const int runs = geo->dilation_w == 1 && geo->groups == 1;
+    ptrdiff_t oy = p0 / Wo, ox = p0 % Wo;
+    for (ptrdiff_t m = 0; m < M; m++) {
+        FD_REAL *row = dense + m * K;
+        const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left;
+        for (ptrdiff_t ky = 0; ky < kH; ky++, row += kW * Cig) {
+            const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+            const FD_REAL *x_row = iy >= 0 && iy < H ? x + ((n * H + iy) * W) * Cin + g * Cig : NULL;
+            if (x_row != NULL && runs && ix0 >= 0 && ix0 + kW <= W) {
+                memcpy(row, x_row + ix0 * Cin, (size_t)(kW * Cin) * sizeof(FD_REAL));
+                continue;
+            }
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
+                FD_FN(im2col_copy_short)(row + kx * Cig, x_row != NULL && ix >= 0 && ix < W ? x_row + ix * Cin : NULL, Cig);
+            }
+        }
+        if (++ox == Wo) {
+            ox = 0;
+            oy++;
+        }
+    }
+}
+
 static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed,
                                    const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t n,
                                    ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t col_begin, ptrdiff_t col_end,
-                                   ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows)
+                                   ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows,
+                                   FD_REAL *FD_RESTRICT dense)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
@@ -79,6 +145,18 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
     for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
         const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
         for (ptrdiff_t g = 0; g < G; g++) {
+            if (dense != NULL && Cig > 0) {
+                FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
+                for (ptrdiff_t m = 0; m < M; m++) {
+                    const ptrdiff_t oy = (p0 + m) / Wo, ox = (p0 + m) % Wo;
+                    a_rows[m] = dense + (size_t)m * K;
+                    c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog + col_begin;
+                }
+                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, 1, K, a_rows,
+                                     (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin,
+                                     bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
+                continue;
+            }
             for (ptrdiff_t m = 0; m < M; m++) {
                 const ptrdiff_t oy = (p0 + m) / Wo, ox = (p0 + m) % Wo;
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
@@ -134,9 +212,11 @@ static int FD_FN(im2col_run)(const fd_operands *op, const fd_task *t, void *work
 {
     const FD_REAL **a_rows = (const FD_REAL **)workspace;
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
+    FD_REAL *dense = im2col_dense(op->geo) ? (FD_REAL *)((char *)workspace + fd_round_up((size_t)op->chunk *
+                         (size_t)(op->geo->kernel_h * op->geo->kernel_w + 1) * sizeof(void *), FD_BLOB_ALIGN)) : NULL;
     return FD_FN(conv_im2col_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
                                    (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
-                                   op->chunk, a_rows, c_rows);
+                                   op->chunk, a_rows, c_rows, dense);
 }
 
 #endif
