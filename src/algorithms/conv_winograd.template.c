@@ -108,9 +108,12 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
     const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
     ptrdiff_t per_band = conv_winograd_band_rows(geo);
     const ptrdiff_t even = fd_ceil_div(rows, fd_ceil_div(want, geo->batch));
-    /* no band under 6 rows where the bound allows it (a tile is 2 or 3 rows, and each band reads Ty - 1
-       rows more): the columns are cut instead */
-    if (even < per_band) per_band = even > 6 ? fd_ceil_div(even, 6) * 6 : per_band < 6 ? per_band : 6;
+    /* bands of whole 2-row tiles (a 1-row band computes a tile for one row), the columns cut instead
+       when that leaves too few; 6 rows suit both tile sides, 2 and 3 */
+    if (even < per_band) {
+        const ptrdiff_t rounded = even > 6 ? fd_ceil_div(even, 6) * 6 : fd_ceil_div(even, 2) * 2;
+        if (rounded < per_band) per_band = rounded;
+    }
     const ptrdiff_t bands = geo->batch * fd_ceil_div(rows, per_band);
     ptrdiff_t col_parts = bands < want ? fd_ceil_div(want, bands) : 1;
     if (col_parts > fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN)) col_parts = fd_ceil_div(cols, FD_GEMM_COLUMN_ALIGN);

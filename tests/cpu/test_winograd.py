@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import fastdeconv
 from fastdeconv import _cpu
 from fastdeconv._backends import cpu as _cpu_backend
-from fastdeconv._params import resolve_conv_transpose2d
+from fastdeconv._params import resolve_conv2d, resolve_conv_transpose2d
 from helpers import GEMM_ISAS, Case, array_at, assert_close, check_case, examples, gemm_isa, threaded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -506,3 +506,26 @@ def test_property_large_images_match_the_reference(data):
     threads = data.draw(st.sampled_from([1, 3]), label="threads")
     with threaded(threads):
         assert check_case(case, "winograd")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4, 16])
+@pytest.mark.parametrize("x_shape,w_shape,kw", [
+    ((1, 56, 56, 64), (64, 3, 3, 64), dict(padding=1)),               # k3 s1 (resnet3x3)
+    ((1, 16, 16, 512), (512, 4, 4, 512), dict(stride=2, padding=1)),   # k4 s2 on an 8x8 output
+    ((3, 18, 18, 64), (384, 3, 3, 64), dict(padding=1)),               # many output channels
+    ((1, 130, 40, 48), (40, 3, 3, 48), dict(padding=1)),               # tall: bands bounded by their size
+])
+def test_conv_winograd_tasks_cover_the_output_once(x_shape, w_shape, kw, threads):
+    """The convolution "winograd" tasks: every (image, output row, output channel) in exactly one task;
+    column ranges start on packed-panel boundaries; a band has whole 2-row tiles but for an odd last row."""
+    geometry = resolve_conv2d(x_shape, w_shape, kw.get("stride", 1), kw.get("padding", 0), 1, 1)
+    with threaded(threads):
+        tasks = _cpu_backend.PackedLayer(np.zeros(w_shape, np.float32), None, np.float32, geometry,
+                                         "winograd").runner(geometry).tasks
+    (ho, wo), cols = geometry.output_hw, geometry.out_channels
+    covered = np.zeros((geometry.batch, ho, cols), int)
+    for part, r0, r1, c0, c1 in tasks:
+        assert c0 % 32 == 0 and (r1 - r0 >= 2 or r1 == ho)   # only an odd last row alone
+        covered[part, r0:r1, c0:c1] += 1
+    assert (covered == 1).all()
+    assert threads == 1 or len(tasks) >= min(2 * threads, geometry.batch * ho)
