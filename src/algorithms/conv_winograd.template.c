@@ -108,10 +108,13 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
     const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
     ptrdiff_t per_band = conv_winograd_band_rows(geo);
     const ptrdiff_t even = fd_ceil_div(rows, fd_ceil_div(want, geo->batch));
-    /* bands of whole 2-row tiles (a 1-row band computes a tile for one row), the columns cut instead
-       when that leaves too few; 6 rows suit both tile sides, 2 and 3 */
+    /* Bands of whole 2-row tiles (a 1-row band computes a tile for one row) and at least twice the Ty - 1
+       rows each band reads beyond its own (which are transformed again by the next band); the columns
+       are cut instead when that leaves too few tasks. 6 rows suit both tile sides, 2 and 3. */
     if (even < per_band) {
-        const ptrdiff_t rounded = even > 6 ? fd_ceil_div(even, 6) * 6 : fd_ceil_div(even, 2) * 2;
+        const ptrdiff_t least = fd_ceil_div(2 * (geo->kernel_h / geo->stride_h - 1), 2) * 2;
+        ptrdiff_t rounded = even > 6 ? fd_ceil_div(even, 6) * 6 : fd_ceil_div(even, 2) * 2;
+        if (rounded < least) rounded = least;
         if (rounded < per_band) per_band = rounded;
     }
     const ptrdiff_t bands = geo->batch * fd_ceil_div(rows, per_band);
