@@ -41,6 +41,16 @@ static ptrdiff_t col2im_column_block(const fd_geometry *geo, size_t itemsize) {
     return taps_cols <= fitting ? taps_cols : fitting;
 }
 
+/* Whether every output element receives exactly one term: a kernel equal to the stride, dilation 1 (the
+ * taps of neighbouring input pixels tile the output without overlap), and every output row and column
+ * within reach of an input pixel (no output_padding beyond the input). The scatter then writes its
+ * columns (plus the bias) instead of adding them to an output filled with the bias first. */
+static int col2im_exact_cover(const fd_geometry *geo) {
+    return geo->kernel_h == geo->stride_h && geo->kernel_w == geo->stride_w && geo->dilation_h == 1 &&
+           geo->dilation_w == 1 && (geo->out_h - 1 + geo->pad_top) / geo->stride_h < geo->in_h &&
+           (geo->out_w - 1 + geo->pad_left) / geo->stride_w < geo->in_w;
+}
+
 static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     const size_t itemsize = fd_itemsize(dtype);
     const ptrdiff_t block = col2im_column_block(geo, itemsize);
@@ -76,7 +86,8 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
         return FD_ERR_WORKSPACE;
 
     FD_REAL *y_image = y + n * Ho * Wo * Cout;
-    for (ptrdiff_t oy = oy_begin; oy < oy_end; oy++) {
+    const int assign = Cig > 0 && taps_cols > 0 && col2im_exact_cover(geo) && block == taps_cols;
+    for (ptrdiff_t oy = oy_begin; oy < oy_end && !assign; oy++) {
         FD_REAL *row = y_image + oy * Wo * Cout;
         for (ptrdiff_t ox = 0; ox < Wo; ox++)
             for (ptrdiff_t c = 0; c < Cout; c++) row[ox * Cout + c] = bias ? bias[c] : (FD_REAL)0;
@@ -109,13 +120,15 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                 FD_FN(gemm_indirect)((size_t)M, (size_t)(c1 - c0), 1, (size_t)Cig, a_rows,
                                      (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0, NULL, c_rows, 0);
                 const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
-                for (ptrdiff_t p = 0; p < M; p++) {
-                    const ptrdiff_t iy = iy0 + p / piece, ix = ix0 + p % piece;
+                /* pixel p is (iy, ix0 + q): counted along, not divided out per pixel */
+                for (ptrdiff_t p = 0, q = 0, iy = iy0; p < M; p++, q = q + 1 < piece ? q + 1 : (iy++, 0)) {
+                    const ptrdiff_t ix = ix0 + q;
                     /* the taps kx whose column lands inside the output, ox = ix*sW - pad_left + kx*dW:
                        [kx_lo, kx_hi), clamped to [0, kW] before anything is multiplied by it */
                     const ptrdiff_t ox0 = ix * sW - geo->pad_left;
-                    ptrdiff_t kx_lo = ox0 >= 0 ? 0 : fd_ceil_div(-ox0, dW);
-                    ptrdiff_t kx_hi = fd_floor_div(Wo - 1 - ox0, dW) + 1;
+                    /* (dilation 1 spelled out: a division per pixel costs more than a narrow pixel's scatter) */
+                    ptrdiff_t kx_lo = ox0 >= 0 ? 0 : dW == 1 ? -ox0 : fd_ceil_div(-ox0, dW);
+                    ptrdiff_t kx_hi = (dW == 1 ? Wo - 1 - ox0 : fd_floor_div(Wo - 1 - ox0, dW)) + 1;
                     if (kx_hi > kW) kx_hi = kW;
                     if (kx_lo >= kx_hi) continue;   /* also every pixel with |ox0| beyond the output */
                     const FD_REAL *FD_RESTRICT col_row = col + p * (c1 - c0);   /* column c at col_row[c - c0] */
@@ -131,6 +144,15 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                         if (e_lo >= e_hi) continue;
                         const ptrdiff_t shift = row_first - c0;   /* offset e is col_row[shift + e] */
                         FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
+                        if (assign) {   /* the output's only term (col2im_exact_cover), the whole tap row */
+                            const FD_REAL *g_bias = bias ? bias + g * Cog : NULL;
+                            for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++) {
+                                FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx) * Cout;
+                                const FD_REAL *FD_RESTRICT run = col_row + shift + kx * Cog;
+                                for (ptrdiff_t o = 0; o < Cog; o++) dst[o] = run[o] + (g_bias ? g_bias[o] : (FD_REAL)0);
+                            }
+                            continue;
+                        }
                         if (dW == 1 && G == 1) {
                             /* consecutive taps hit consecutive pixels: offset e lands at output
                                element ox0*Cout + e of the row, one contiguous run */
