@@ -62,12 +62,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
       enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at most 16 MiB of float32
       weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
-      "winograd", the phase
-      decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer multiplies per output on
-      those phases; with fewer channels its tile transforms cost more than that saves. Its error
-      stays within the direct sum's. A call with fewer than 64 input pixels (N·H·W: its tiles would
-      be mostly padding) runs the phase kernel, whose packed weights "winograd" holds too.
-
+      "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
+      multiplies per output on those phases; with fewer channels its tile transforms cost more than
+      that saves. Its error stays within the direct sum's. A call with fewer than 64 input pixels
+      (N·H·W: its tiles would be mostly padding) runs the phase kernel, whose packed weights
+      "winograd" holds too.
     * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
       every output once (no column buffer, no zero fill, no scatter-add).
     * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im".
@@ -110,7 +109,8 @@ _WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
+            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
 
 
 def _weight_bytes(geometry: ConvGeometry) -> int:

@@ -411,7 +411,7 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
     ((1, 100, 100, 32), (32, 2, 2, 3), dict(stride=2), "col2im"),               # a k2 s2 head, 3 outputs
     ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "phase"),  # 64 MiB of weights
-    ((1, 2, 2, 512), (512, 4, 4, 512), dict(stride=2, padding=1), "winograd"),   # 16 MiB; a tiny input: below
+    ((1, 2, 2, 512), (512, 4, 4, 512), dict(stride=2, padding=1), "winograd"),   # 16 MiB (tiny input: below)
     ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
 ])
 def test_automatic_choice(x_shape, w_shape, kw, want):
