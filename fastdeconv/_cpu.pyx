@@ -567,6 +567,11 @@ cdef class Runner:
         self.operands.chunk = ws.chunk
 
     @property
+    def workspace_bytes(self):
+        """Bytes of workspace each thread gets (the algorithm's workspace rule, in whole cache lines)."""
+        return self.ws_bytes
+
+    @property
     def tasks(self):
         """The tasks as an (ntasks, 5) array of (part, row_begin, row_end, col_begin, col_end)."""
         return self.task_array[:self.ntasks].copy()

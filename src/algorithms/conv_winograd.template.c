@@ -17,7 +17,7 @@
  * runs the phase kernel over the same X).
  *
  * Small outputs. A call whose images have fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels each
- * runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
+ * (or rows wider than CONV_WINOGRAD_MAX_BAND_ELEMENTS allows) runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
  * mostly padding or cut short (a 7x7 image is 3 tiles of 2 and one of 1 per side), and im2col leaves out
  * the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel reads a quarter of it). Tasks,
  * workspace and run decide it alike, from the call's geometry.
@@ -38,9 +38,14 @@
 #define CONV_WINOGRAD_BAND_ELEMENTS (96 << 10)
 
 #define CONV_WINOGRAD_MIN_OUTPUT_PIXELS 64
+/* ... and so does one whose band of 2 output rows would hold more elements than this (a very wide image
+ * of many channels): the workspace stays bounded whatever the image's width. */
+#define CONV_WINOGRAD_MAX_BAND_ELEMENTS (1 << 20)
 
 static int conv_winograd_direct(const fd_geometry *geo) {
-    return geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_OUTPUT_PIXELS;
+    const ptrdiff_t Ty = geo->kernel_h / geo->stride_h, Tx = geo->kernel_w / geo->stride_w;
+    const ptrdiff_t two_rows = (2 + Ty - 1) * (geo->out_w + Tx - 1) * geo->in_channels * geo->stride_h * geo->stride_w;
+    return geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_OUTPUT_PIXELS || two_rows > CONV_WINOGRAD_MAX_BAND_ELEMENTS;
 }
 
 /* Blob parts: conv_im2col's blob (small outputs), then deconv_winograd's for the stride-1 correlation. */

@@ -529,3 +529,24 @@ def test_conv_winograd_tasks_cover_the_output_once(x_shape, w_shape, kw, threads
         covered[part, r0:r1, c0:c1] += 1
     assert (covered == 1).all()
     assert threads == 1 or len(tasks) >= min(threads, geometry.batch * ho)   # a task for every thread
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_winograd_workspace_is_bounded_whatever_the_width(dtype):
+    """A band of output rows spans the image's width: a very wide image of many channels runs the
+    im2col kernel instead (its workspace is sized by the GEMM's chunk), so that no thread's workspace
+    grows with the width. Results stay the reference's."""
+    w = np.zeros((64, 4, 4, 256), dtype)
+    sizes = {}
+    for width in (64, 20000):
+        geometry = resolve_conv2d((1, 8, width, 256), w.shape, 2, 1, 1, 1)
+        runner = _cpu_backend.PackedLayer(w, None, dtype, geometry, "winograd").runner(geometry)
+        sizes[width] = runner.workspace_bytes
+    assert sizes[20000] <= max(sizes[64], 16 << 20), sizes
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 6, 3000, 256)).astype(dtype)
+    w = rng.standard_normal((32, 4, 4, 256)).astype(dtype)
+    got = fastdeconv.conv2d(x, w, stride=2, padding=1, algorithm="winograd")
+    want = fastdeconv.reference.conv2d(x, w, stride=2, padding=1)
+    tolerance = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(got, want, **tolerance)
