@@ -349,6 +349,43 @@ cdef int _dtype_index(dtype) except -1:
     raise TypeError(f"the CPU kernels compute in float32 or float64, not {dtype}")
 
 
+# One spare workspace kept between calls (taken and given back under the GIL; a call made while another
+# holds it allocates its own): a fresh allocation above glibc's mmap threshold (32 MiB: a few MiB per
+# thread at 12-16 threads) was mapped, faulted in and unmapped on every call, with TLB shootdowns across
+# every thread (asv_benches/NOTES.md). The largest workspace up to _SPARE_WORKSPACE_MAX_BYTES is kept.
+cdef char *_spare_workspace = NULL
+cdef size_t _spare_workspace_bytes = 0
+cdef size_t _SPARE_WORKSPACE_MAX_BYTES = 256 << 20
+
+
+cdef char *_take_workspace(size_t *nbytes):
+    """At least *nbytes bytes: the spare when it is free and large enough (*nbytes becomes its size), else
+    a new allocation (NULL when that fails)."""
+    global _spare_workspace, _spare_workspace_bytes
+    cdef char *memory = _spare_workspace
+    if memory != NULL and _spare_workspace_bytes >= nbytes[0]:
+        _spare_workspace = NULL
+        nbytes[0] = _spare_workspace_bytes
+        return memory
+    return <char *>malloc(nbytes[0])
+
+
+cdef void _give_back_workspace(char *memory, size_t nbytes):
+    """Keep `memory` (nbytes) as the spare when it is larger than the spare and within the bound; else free it."""
+    global _spare_workspace, _spare_workspace_bytes
+    if nbytes <= _SPARE_WORKSPACE_MAX_BYTES and (_spare_workspace == NULL or nbytes > _spare_workspace_bytes):
+        free(_spare_workspace)
+        _spare_workspace = memory
+        _spare_workspace_bytes = nbytes
+    else:
+        free(memory)
+
+
+def spare_workspace_bytes():
+    """Bytes of the spare workspace kept between calls (0 when none is kept)."""
+    return _spare_workspace_bytes if _spare_workspace != NULL else 0
+
+
 cdef inline char *_line_up(char *p) noexcept nogil:
     """p rounded up to the next FD_BLOB_ALIGN (64-byte) boundary."""
     return p + (FD_BLOB_ALIGN - <size_t>p % FD_BLOB_ALIGN) % FD_BLOB_ALIGN
@@ -593,13 +630,14 @@ cdef class Runner:
         cdef _call call
         # Aligned slices (ws_bytes is a multiple of 64): malloc's 16-byte alignment put every 64-byte
         # vector of the Winograd V and M across two cache lines.
-        cdef char *workspace_memory = <char *>malloc(max(self.ws_bytes, 1) * self.threads + FD_BLOB_ALIGN)
+        cdef size_t workspace_bytes = max(self.ws_bytes, 1) * self.threads + FD_BLOB_ALIGN
+        cdef char *workspace_memory = _take_workspace(&workspace_bytes)
         if workspace_memory == NULL:
             raise MemoryError(f"could not allocate {self.ws_bytes * self.threads} bytes of workspace")
         call.workspace = _line_up(workspace_memory)
         call.status = <int *>calloc(self.ntasks, sizeof(int))
         if call.status == NULL:
-            free(workspace_memory)
+            _give_back_workspace(workspace_memory, workspace_bytes)
             raise MemoryError("could not allocate the task status array")
         call.op = self.operands
         call.op.x = cnp.PyArray_DATA(x)
@@ -620,7 +658,7 @@ cdef class Runner:
                 if call.status[task] != 0 and failed < 0:
                     failed = task
                     code = call.status[task]
-        free(workspace_memory)
+        _give_back_workspace(workspace_memory, workspace_bytes)
         free(call.status)
         if call.interrupted:
             _raise_pending()

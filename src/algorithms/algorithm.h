@@ -174,21 +174,27 @@ static inline void fd_task_add(fd_task *tasks, ptrdiff_t *count, ptrdiff_t part,
     (*count)++;
 }
 
-/* A tasks rule (fd_tasks_fn): (image n, output rows [r0, r1)) for every image; images cut into
- * bands when there are fewer than two per thread. */
-static inline ptrdiff_t fd_image_band_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+/* (image n, output rows [r0, r1)) for every image; images cut into bands of at least `least` rows
+ * when there are fewer than two images per thread. */
+static inline ptrdiff_t fd_image_bands(const fd_geometry *geo, int threads, ptrdiff_t least, fd_task *tasks) {
     const ptrdiff_t batch = geo->batch, rows = geo->out_h;
     ptrdiff_t bands = 1, count = 0;
     if (batch <= 0 || rows <= 0) return 0;
     if (threads > 1 && batch < 2 * (ptrdiff_t)threads) {
         bands = fd_ceil_div(2 * (ptrdiff_t)threads, batch);
-        if (bands > rows) bands = rows;
+        const ptrdiff_t most = least > 1 ? rows / least : rows;
+        if (bands > most) bands = most > 1 ? most : 1;
     }
     const ptrdiff_t band_rows = fd_ceil_div(rows, bands);
     for (ptrdiff_t n = 0; n < batch; n++)
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += band_rows)
             fd_task_add(tasks, &count, n, r0, r0 + band_rows < rows ? r0 + band_rows : rows, 0, 0);
     return count;
+}
+
+/* A tasks rule (fd_tasks_fn): fd_image_bands of any height. */
+static inline ptrdiff_t fd_image_band_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    return fd_image_bands(geo, threads, 1, tasks);
 }
 
 /* (part, rows [r0, r1), columns [0, cols)) over `rows` rows that are one of `split` equal parts of

@@ -62,7 +62,14 @@ static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     return ws;
 }
 
-#define col2im_tasks fd_image_band_tasks
+/* Bands of output rows, at least as tall (in input rows) as the input rows each band edge recomputes when
+ * the taps of neighbouring input rows overlap: the runner's finer cuts for many threads gave the k4-k9
+ * heads bands of 2 output rows, each computing the GEMM of 2.5-3.5 input rows for one row's output. */
+static ptrdiff_t col2im_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    const ptrdiff_t reach = geo->dilation_h * (geo->kernel_h - 1), sH = geo->stride_h;
+    const ptrdiff_t least = reach >= sH ? sH * fd_ceil_div(reach, sH) : 1;
+    return fd_image_bands(geo, threads, least, tasks);
+}
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

@@ -170,8 +170,8 @@ def test_fork_in_the_middle_of_threaded_calls():
     ("phase", (1, 2, 3, 16), (16, 4, 4, 200), dict(stride=2, padding=1)),
     ("phase", (3, 9, 7, 8), (8, 3, 3, 12), dict(stride=3, padding=1, output_padding=2)),
     # one image: col2im cuts bands of rows that recompute shared input rows
-    ("col2im", (1, 13, 6, 4), (4, 5, 3, 6), dict(stride=2, padding=2, dilation=(2, 1))),
-    ("col2im", (5, 4, 4, 8), (8, 4, 4, 4), dict(stride=2, padding=1, groups=2)),
+    ("col2im", (1, 40, 6, 4), (4, 5, 3, 6), dict(stride=2, padding=2, dilation=(2, 1))),
+    ("col2im", (5, 8, 4, 8), (8, 4, 4, 4), dict(stride=2, padding=1, groups=2)),
     ("depthwise", (2, 15, 8, 6), (6, 4, 4, 1), dict(stride=2, padding=1, groups=6)),
     (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
     (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
@@ -301,3 +301,58 @@ if __name__ == "__main__":   # (as a script, this folder is on sys.path: `helper
         _fork_scenario()
     elif scenario == "threads":
         _threads_scenario()
+
+
+def test_col2im_bands_are_at_least_as_tall_as_the_rows_their_edges_recompute():
+    """col2im's bands of output rows: a band edge recomputes ceil(dH*(kH-1)/sH) input rows when
+    neighbouring input rows' taps overlap, so at many threads the bands stay at least sH times that tall
+    (a k6 s2 head: 6 rows) instead of the 1-2 rows a finer cut would give; a k2 s2 head, whose taps never
+    overlap, is cut as finely as before. Results stay those of one thread."""
+    rng = np.random.default_rng(5)
+    for kernel, stride, least in [(6, 2, 6), (4, 2, 4), (9, 4, 8), (2, 2, 1)]:
+        x = rng.standard_normal((1, 40, 23, 8)).astype(np.float32)
+        w = rng.standard_normal((8, kernel, kernel, 3)).astype(np.float32)
+        b = rng.standard_normal(3).astype(np.float32)
+        kwargs = {"stride": stride, "padding": (kernel - stride) // 2}
+        want = None
+        for threads in (1, 16):
+            runner, geometry = _runner(x, w, b, kwargs, threads, "col2im")
+            rows = runner.tasks[:, 2] - runner.tasks[:, 1]   # one image: every band but the last is full
+            assert len(rows) == 1 or rows[:-1].min() >= least, (kernel, stride, runner.tasks)
+            if least == 1 and threads == 16:
+                assert rows.max() <= 3, (kernel, stride, runner.tasks)
+            got = runner.run(x, np.empty(geometry.output_shape, np.float32))
+            if want is None:
+                want = got
+            np.testing.assert_array_equal(got, want, err_msg=f"k{kernel} s{stride} at {threads} threads")
+
+
+def test_the_workspace_is_kept_between_calls_and_shared_by_none():
+    """A call's workspace is kept for the next (one spare: no allocation, page faults or unmapping per
+    call), and calls racing from several threads, which cannot share it, still get the serial results."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 24, 24, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 3, 3, 64)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    runner, geometry = _runner(x, w, b, {"padding": 1}, 4, "winograd")
+    want = runner.run(x, np.empty(geometry.output_shape, np.float32))
+    assert _cpu.spare_workspace_bytes() >= runner.workspace_bytes * 4
+    outs = [np.empty(geometry.output_shape, np.float32) for _ in range(4)]
+
+    errors = []
+
+    def call(i):
+        try:
+            for _ in range(5):
+                runner.run(x, outs[i])
+                np.testing.assert_array_equal(outs[i], want)
+        except BaseException as error:   # reported by the main thread
+            errors.append(error)
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors
+    assert 0 < _cpu.spare_workspace_bytes() <= 256 << 20
