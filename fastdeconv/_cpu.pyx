@@ -692,7 +692,7 @@ def fingerprint(cnp.ndarray array):
     strides (negative and zero included). Its bytes, together with ``offset``, ``shape``, ``strides``
     and ``dtype``, determine every element, so two arrays with equal tuples and equal
     (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
-    released for spans of 64 KiB or more; spans of 2 MiB or more are hashed in 1 MiB parts on the
+    released for spans of 64 KiB or more; spans of 512 KiB or more are hashed in 256 KiB parts on the
     call's threads (src/runtime/fingerprint.h: the value does not depend on the thread count)."""
     cdef int axis
     cdef Py_ssize_t extent, low = 0, high = 0

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FD_FINGERPRINT_PART ((size_t)1 << 20)
+#define FD_FINGERPRINT_PART ((size_t)1 << 18)
 
 /* 0, or FD_ERR_WORKSPACE when the parts' hashes could not be allocated. */
 int fd_fingerprint(const void *data, size_t bytes, int participants, uint64_t out[2]);

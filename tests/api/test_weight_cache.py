@@ -206,10 +206,10 @@ def test_fingerprint_is_a_function_of_the_content():
 
 
 def test_fingerprint_of_a_large_array_is_the_same_on_any_thread_count():
-    """Spans of 2 MiB or more are hashed in parts on the pool: same value at 1 and 3 threads, and a
+    """Spans of 512 KiB or more are hashed in parts on the pool: same value at 1 and 3 threads, and a
     change in any part (the last, partial one included) changes it."""
     rng = np.random.default_rng(6)
-    a = rng.standard_normal((3 << 20) // 8 + 5)          # 3 MiB + 40 bytes: 4 parts, the last partial
+    a = rng.standard_normal((3 << 20) // 8 + 5)          # 3 MiB + 40 bytes: 13 parts, the last partial
     previous = fastdeconv.get_num_threads()
     try:
         fastdeconv.set_num_threads(1)
