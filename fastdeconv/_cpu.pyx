@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 cimport numpy as cnp
 
+from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport malloc, calloc, free
 
 cnp.import_array()
@@ -391,6 +392,14 @@ cdef inline char *_line_up(char *p) noexcept nogil:
     return p + (FD_BLOB_ALIGN - <size_t>p % FD_BLOB_ALIGN) % FD_BLOB_ALIGN
 
 
+def _packing_of(geometry):
+    """What the size and layout of packed weights depend on (algorithm.h): the kind, channels, groups,
+    kernel, stride and dilation. The leading pads pick entries of the phase tables, within their bounds
+    whatever the pads (a Dask block runs its layer with its own pads)."""
+    return (geometry.transposed, geometry.in_channels, geometry.out_channels, geometry.groups, geometry.kernel_hw,
+            geometry.stride, geometry.dilation)
+
+
 cdef class PackedWeights:
     """One layer's weights packed by one algorithm for one compute dtype (float32 or float64).
 
@@ -404,8 +413,10 @@ cdef class PackedWeights:
     cdef int dtype_index
     cdef object storage        # uint8 array holding the blob
     cdef const void *blob      # FD_BLOB_ALIGN-aligned start inside storage
+    cdef readonly tuple packing   # what the blob depends on (_packing_of): a Runner's geometry must match
 
     def __init__(self, str algorithm, weight, geometry):
+        self.packing = _packing_of(geometry)
         self.alg = _algorithm(algorithm, geometry.transposed)
         self.algorithm = algorithm
         self.dtype_index = _dtype_index(weight.dtype)
@@ -436,6 +447,28 @@ cdef class PackedWeights:
     @property
     def nbytes(self):
         return self.storage.nbytes
+
+
+def all_finite(cnp.ndarray x):
+    """Whether every element of a C-contiguous float32 or float64 array is finite (no Inf, no NaN): its
+    exponent bits, read as integers (a loop the compiler vectorises), never all ones."""
+    if not cnp.PyArray_IS_C_CONTIGUOUS(x) or x.dtype.char not in "fd":
+        raise ValueError(f"x must be a C-contiguous float32 or float64 array, got {x.dtype} "
+                         f"{'C-contiguous' if cnp.PyArray_IS_C_CONTIGUOUS(x) else 'strided'}")
+    cdef Py_ssize_t i, n = cnp.PyArray_SIZE(x)
+    cdef const uint32_t *words = <const uint32_t *>cnp.PyArray_DATA(x)
+    cdef const uint64_t *longs = <const uint64_t *>cnp.PyArray_DATA(x)
+    cdef uint32_t bad32 = 0
+    cdef uint64_t bad64 = 0
+    cdef bint single = x.dtype.char == "f"
+    with nogil:
+        if single:
+            for i in range(n):
+                bad32 |= (words[i] & 0x7f800000u) == 0x7f800000u
+        else:
+            for i in range(n):
+                bad64 |= (longs[i] & 0x7ff0000000000000u) == 0x7ff0000000000000u
+    return bad32 == 0 and bad64 == 0
 
 
 def empty_result(shape, dtype):
@@ -579,6 +612,12 @@ cdef class Runner:
     cdef size_t ws_bytes
 
     def __init__(self, PackedWeights packed, bias, geometry):
+        if _packing_of(geometry) != packed.packing:
+            raise ValueError(f"the packed weights serve layers of {packed.packing} (kind, channels, groups, kernel, "
+                             f"stride, dilation), got a geometry of {_packing_of(geometry)}: pack "
+                             f"the weights for this geometry")
+        if bias is not None and np.shape(bias) != (geometry.out_channels,):
+            raise ValueError(f"bias must have shape ({geometry.out_channels},), got {np.shape(bias)}")
         self.algorithm = packed.algorithm
         self.packed = packed
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=packed.dtype)
@@ -672,7 +711,6 @@ cdef class Runner:
 # Fingerprints: the function API's packed-weight cache (fastdeconv/_weight_cache.py) is keyed by
 # what an array holds, not where it lives.
 
-from libc.stdint cimport uint64_t
 
 cdef extern from "runtime/fingerprint.h" nogil:
     size_t FD_FINGERPRINT_PART

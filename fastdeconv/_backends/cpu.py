@@ -179,6 +179,43 @@ def _packing(geometry: ConvGeometry) -> tuple:
     return geometry.kernel_hw, geometry.stride, geometry.dilation, (geometry.pad[0][0], geometry.pad[1][0])
 
 
+# Groups of fewer output channels than this run merged with their neighbours (group_merge).
+_MERGED_GROUP_CHANNELS = 16
+
+
+def group_merge(geometry: ConvGeometry) -> int:
+    """How many neighbouring groups a layer runs as one (1: none): for 2 to 15 output channels per group
+    (and more than one input channel per group), the fewest groups, S, that divide the groups and give
+    S·C_out/groups >= 16 (all of them when no fewer do). Merged, S groups are one group of
+    block-diagonal weights (merge_group_weights): S times the multiplies, by exact zeros, in GEMMs and
+    tiles 16 or more columns wide instead of 2-8 (asv_benches/NOTES.md). One input channel per group
+    keeps its direct kernel ("depthwise")."""
+    g, cig, cog = geometry.groups, geometry.in_per_group, geometry.out_per_group
+    if g == 1 or cig == 1 or cog >= _MERGED_GROUP_CHANNELS:
+        return 1
+    for s in range(2, g):
+        if g % s == 0 and s * cog >= _MERGED_GROUP_CHANNELS:
+            return s
+    return g
+
+
+def merge_group_weights(weight: np.ndarray, geometry: ConvGeometry, merge: int) -> np.ndarray:
+    """The weight of ``geometry`` with each run of ``merge`` neighbouring groups as one group: the
+    groups' weights on the block diagonal, zeros elsewhere. Shapes (C_out, kH, kW, merge·C_in/groups)
+    for a convolution, (C_in, kH, kW, merge·C_out/groups) for a transposed one (fastdeconv's layouts)."""
+    rows, kh, kw, cols = weight.shape
+    g = geometry.groups
+    blocks = weight.reshape(g // merge, merge, rows // g, kh, kw, cols)
+    merged = np.zeros((g // merge, merge, rows // g, kh, kw, merge, cols), weight.dtype)
+    for j in range(merge):
+        merged[:, j, :, :, :, j, :] = blocks[:, j]
+    return merged.reshape(rows, kh, kw, merge * cols)
+
+
+def _merged(geometry: ConvGeometry, merge: int) -> ConvGeometry:
+    return geometry if merge == 1 else dataclasses.replace(geometry, groups=geometry.groups // merge)
+
+
 class PackedLayer:
     """One layer's weights packed for one algorithm and compute dtype; runs any input shape.
 
@@ -186,9 +223,21 @@ class PackedLayer:
     exchanged (:func:`rows_for_columns`), so that their columns thread. When that orientation packs
     differently (any kernel but 1x1 with equal strides and dilations), its weights are packed when the
     first input of that orientation comes, from the weight array it was given (which the backend
-    protocol makes the caller's own, unchanged copy)."""
+    protocol makes the caller's own, unchanged copy).
 
-    def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None):
+    A layer of few channels per group runs its groups merged (group_merge), unless ``merge_groups`` is
+    False. A zero weight times an Inf or NaN input is NaN, which would reach the other groups of the
+    merged one, so a call whose input holds either runs the groups unmerged (a second packing, made on
+    the first such input); the merged call adds only exact zeros (0·x for finite x)."""
+
+    def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None,
+                 merge_groups: bool = True):
+        self._merge = group_merge(geometry) if merge_groups else 1
+        self._unmerged_arguments = (weight, bias, dtype, geometry, algorithm) if self._merge > 1 else None
+        self._unmerged = None
+        if self._merge > 1:
+            weight = merge_group_weights(np.asarray(weight), geometry, self._merge)
+            geometry = _merged(geometry, self._merge)
         self.algorithm = resolve_algorithm(algorithm, geometry)
         self.dtype = _COMPUTE_DTYPE[np.dtype(dtype)]
         weight = np.ascontiguousarray(weight, self.dtype)
@@ -223,8 +272,9 @@ class PackedLayer:
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the packed weights (both orientations, when both were needed)."""
-        return sum(p.nbytes for p in self._packs.values())
+        """The bytes of the packed weights (both orientations, when both were needed; the unmerged
+        groups', when an input needed them)."""
+        return sum(p.nbytes for p in self._packs.values()) + (0 if self._unmerged is None else self._unmerged.nbytes)
 
     def _make_runner(self, geometry: ConvGeometry) -> _cpu.Runner:
         exchanged = self._exchanged(geometry)
@@ -232,7 +282,9 @@ class PackedLayer:
         return _cpu.Runner(packed, self.bias, exchanged or geometry)
 
     def runner(self, geometry: ConvGeometry) -> _cpu.Runner:
-        """The runner for inputs of this geometry at the current thread count (cached)."""
+        """The runner for inputs of this geometry at the current thread count (cached; the merged groups'
+        when this layer merges them)."""
+        geometry = _merged(geometry, self._merge)
         return self._runners.get_or_make((geometry, _cpu.get_num_threads()), lambda: self._make_runner(geometry))
 
     def bind(self, geometry: ConvGeometry):
@@ -241,7 +293,17 @@ class PackedLayer:
         def run(x, buffer):
             return runner.run(x, _cpu.empty_result(shape, dtype) if buffer is None else buffer)
 
-        return run
+        if self._merge == 1:
+            return run
+
+        def run_merged(x, buffer):
+            if _cpu.all_finite(x):
+                return run(x, buffer)
+            if self._unmerged is None:
+                self._unmerged = PackedLayer(*self._unmerged_arguments, merge_groups=False)
+            return self._unmerged.bind(geometry)(x, buffer)
+
+        return run_merged
 
 
 class CpuBackend:

@@ -556,3 +556,23 @@ def test_col2im_workspace_does_not_grow_with_the_image(threads):
     per thread (W*kH*kW*C_out elements, 400 MiB each)."""
     grown, result = _peak_rss_growth(_WIDE_IMAGE, threads)
     assert grown < result + (32 << 20), f"peak RSS grew by {grown >> 20} MiB for a {result >> 20} MiB result"
+
+
+def test_a_runner_refuses_weights_packed_for_another_layer():
+    """Packed weights run only with a geometry of their packing (kind, channels, groups, kernel, stride,
+    dilation) and a bias of C_out values: a mismatch would make the kernels read past the
+    blob (a grouped layer's merged packing with the unmerged geometry did, in a test helper)."""
+    from fastdeconv import _params
+
+    w = np.ones((8, 3, 3, 4), np.float32)
+    geometry = _params.resolve_conv_transpose2d((1, 5, 5, 8), w.shape, groups=2)
+    packed = _cpu.PackedWeights("phase", w, geometry)
+    _cpu.Runner(packed, np.zeros(8, np.float32), geometry)   # its own geometry, any input size
+    _cpu.Runner(packed, None, _params.resolve_conv_transpose2d((3, 9, 2, 8), w.shape, groups=2))
+    merged = _params.resolve_conv_transpose2d((1, 5, 5, 8), (8, 3, 3, 8), groups=1)
+    for other in (merged, _params.resolve_conv_transpose2d((1, 5, 5, 8), w.shape, groups=2, stride=2),
+                  _params.resolve_conv_transpose2d((1, 5, 5, 8), w.shape, groups=2, dilation=2)):
+        with pytest.raises(ValueError, match="pack the weights for this geometry"):
+            _cpu.Runner(packed, None, other)
+    with pytest.raises(ValueError, match=r"bias must have shape \(8,\), got \(4,\)"):
+        _cpu.Runner(packed, np.zeros(4, np.float32), geometry)

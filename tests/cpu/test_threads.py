@@ -41,7 +41,7 @@ def _runner(x, w, b, kwargs, threads, algorithm=None, transposed=True):
     previous_flops = _cpu.set_serial_flops(0)
     try:
         fastdeconv.set_num_threads(threads)
-        return _cpu.Runner(layer.packed, layer.bias, geometry), geometry
+        return layer.runner(geometry), geometry
     finally:
         _cpu.set_serial_flops(previous_flops)
         fastdeconv.set_num_threads(previous_threads)
