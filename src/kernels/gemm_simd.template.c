@@ -28,7 +28,7 @@
  * every row of the tile is skipped; one missing from some rows runs for all of them (those rows
  * read another row's A) and the missing rows' accumulators are put back afterwards, so they never
  * see the product. The plain instantiation (SKIP = 0) is unchanged. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(tile)(
     const int MR, const int NV, const int SKIP, size_t mr, size_t nc, size_t T, size_t Kc,
     const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows,
     size_t n, int accumulate) {
@@ -48,7 +48,7 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
 #pragma GCC unroll 32
     for (i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (v = 0; v < NV; v++) __builtin_prefetch(c[i] + v * FD_LANES, 1, 3);
+        for (v = 0; v < NV; v++) FD_PREFETCH_WRITE(c[i] + v * FD_LANES);
 
 #pragma GCC unroll 4
     for (v = 0; v < NV; v++) {
@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
                issue MR prefetches for a few FMAs per row, which cost more than they save. */
             if ((k & (FD_A_LINE - 1)) == 0 && k + 2 * FD_A_LINE < Kc) {
 #pragma GCC unroll 32
-                for (i = 0; i < MR; i++) __builtin_prefetch(a[i] + k + 2 * FD_A_LINE, 0, 3);
+                for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k + 2 * FD_A_LINE);
             }
 #pragma GCC unroll 4
             for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
@@ -140,7 +140,7 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
  * registers; no prefetch (the tile reads every line of its rows itself). With so few k steps per tile
  * (32 or 64) the indirect tile's per-tile work is a large share of the time; the Winograd layers' GEMMs
  * gain most. The narrow dense tile's 24 rows of one vector measured faster than 16 or 28. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dense_tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dense_tile)(
     const int MR, const int NV, const int KC, const FD_REAL *a, const FD_REAL *b, size_t b_stride, FD_REAL *c,
     size_t ldc) {
     FD_VEC acc[FD_DENSE_MAX_MR][FD_TILE_MAX_NV];
@@ -229,8 +229,8 @@ FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, )
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, __attribute__((noinline)))
-FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((noinline)))
+FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, FD_NOINLINE)
+FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, FD_NOINLINE)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -241,7 +241,7 @@ FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((n
  * vector accumulators, fed by MR vectors of A and NC of B per step of FD_LANES k (the last step of each
  * tap masked: both operands zero past Kc), then summed across lanes. A tap missing from a row
  * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dot_tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dot_tile)(
     const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
     const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0, int accumulate) {
     FD_VEC acc[FD_DOT_ACC][FD_GEMM_DOT_MAX_N];
