@@ -62,11 +62,16 @@
 #define FD_NOINLINE __declspec(noinline)
 #define FD_PREFETCH_READ(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define FD_PREFETCH_WRITE(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+/* MSVC has no unroll pragma (it would warn C4068 and ignore it) */
+#define FD_UNROLL_BY(n)
 #else
 #define FD_FORCE_INLINE inline __attribute__((always_inline))
 #define FD_NOINLINE __attribute__((noinline))
 #define FD_PREFETCH_READ(p) __builtin_prefetch((p), 0, 3)
 #define FD_PREFETCH_WRITE(p) __builtin_prefetch((p), 1, 3)
+/* #pragma GCC unroll n, usable in a macro */
+#define FD_PRAGMA(text) _Pragma(#text)
+#define FD_UNROLL_BY(n) FD_PRAGMA(GCC unroll n)
 #endif
 
 /* Packed-B geometry, shared by every ISA (see gemm.h): panels of
