@@ -36,7 +36,16 @@ C_SOURCES = [
     "src/kernels/winograd_tiles.c",
     "src/algorithms/algorithms.c",
     "src/runtime/fingerprint.c",
+    "src/runtime/cpu_features.c",
 ]
+
+# MSVC has no per-function target attributes: the GEMM's per-ISA files are compiled whole for their ISA
+# (src/kernels/gemm_internal.h; the run-time check covers what these flags let the compiler use). GCC and
+# clang compile every file at the baseline and the kernels carry target attributes.
+MSVC_ARCH_FLAGS = {
+    "src/kernels/gemm_avx2.c": ["/arch:AVX2"],
+    "src/kernels/gemm_avx512.c": ["/arch:AVX512"],
+}
 
 
 # After Python's own CFLAGS (which hold -fwrapv -O3) on the command line, so these win.
@@ -47,6 +56,26 @@ SANITIZE_LINK = ["-fsanitize=address,undefined"]
 
 def sanitize_requested() -> bool:
     return os.environ.get("FASTDECONV_SANITIZE", "0") not in ("", "0")
+
+
+def compile_with_per_file_flags(compiler, per_file):
+    """Make compiler.compile add per_file[source] (a list of flags) to the named sources: setuptools'
+    build_ext compiles every source of an extension with the same flags, so the sources are compiled in
+    groups of equal flags, and the objects returned in the sources' order."""
+    compile_all = compiler.compile
+    per_file = {os.path.normpath(path): list(flags) for path, flags in per_file.items()}
+
+    def compile(sources, *args, extra_postargs=None, **kwargs):
+        groups = {}
+        for source in sources:
+            groups.setdefault(tuple(per_file.get(os.path.normpath(source), ())), []).append(source)
+        objects = {}
+        for flags, group in groups.items():
+            built = compile_all(group, *args, extra_postargs=list(extra_postargs or []) + list(flags), **kwargs)
+            objects.update(zip(group, built))
+        return [objects[source] for source in sources]
+
+    compiler.compile = compile
 
 
 class BuildExt(build_ext):
@@ -89,6 +118,8 @@ class BuildExt(build_ext):
                 # Last, so that -O1 and -fno-wrapv override -O3 and Python's -fwrapv.
                 ext.extra_compile_args += SANITIZE_COMPILE
                 ext.extra_link_args += SANITIZE_LINK
+        if not unix:
+            compile_with_per_file_flags(self.compiler, MSVC_ARCH_FLAGS)
         if sanitize:
             print(f"fastdeconv: SANITIZER build ({' '.join(SANITIZE_COMPILE)}); import it with "
                   "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")

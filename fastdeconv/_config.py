@@ -48,6 +48,23 @@ def _winograd_stores(info: dict) -> str:
     return f"non-temporal for outputs of {least / 2**20:g} MiB or more (AVX-512 path; a third of the last-level cache)"
 
 
+def _simd_paths(info: dict) -> dict:
+    """Per ISA path (portable, avx2, avx512, ...): "compiled" (the kernel families with code of their own for
+    it in this build: gemm, winograd, depthwise; [] when the path is not compiled in, and a family missing
+    from a compiled path runs its portable code there) and "supported" (whether this CPU and OS can run
+    it)."""
+    return {isa: {"compiled": list(info["isa_kernels_compiled"][isa]), "supported": ok}
+            for isa, ok in info["gemm_isa_supported"].items()}
+
+
+def _format_simd_paths(paths: dict) -> str:
+    parts = []
+    for isa, path in paths.items():
+        kernels = "+".join(path["compiled"]) or "not compiled in"
+        parts.append(f"{isa} ({kernels}; {'supported' if path['supported'] else 'not supported'} by this CPU)")
+    return "; ".join(parts)
+
+
 def config() -> dict:
     """show_config()'s facts as a dict."""
     info = _cpu.build_info()
@@ -62,7 +79,7 @@ def config() -> dict:
         "threads": get_num_threads(),
         "max_threads": MAX_THREADS,
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-        "simd_paths": info["gemm_isa_supported"],
+        "simd_paths": _simd_paths(info),
         "algorithms": (f"conv_transpose2d: {', '.join(_cpu.algorithms(True))}; "
                        f"conv2d: {', '.join(_cpu.algorithms(False))}"),
         "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
@@ -80,7 +97,9 @@ def show_config() -> None:
     """Print build and run-time facts: compiler, thread pool, SIMD paths, the CPU algorithms (the names
     ``algorithm=`` takes), GEMM, threads, workspace bound."""
     for key, value in config().items():
-        if isinstance(value, dict):
+        if key == "simd_paths":
+            value = _format_simd_paths(value)
+        elif isinstance(value, dict):
             value = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in value.items())
         elif isinstance(value, bool):
             value = "yes" if value else "no"

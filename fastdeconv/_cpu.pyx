@@ -59,6 +59,7 @@ cdef extern from "runtime/conv_geometry.h" nogil:
 cdef extern from "kernels/gemm.h" nogil:
     enum: FD_ISA_COUNT
     int fd_gemm_isa_supported(int isa)
+    int fd_gemm_isa_compiled(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
     const char *fd_gemm_isa_name(int isa)
@@ -67,6 +68,10 @@ cdef extern from "kernels/winograd_tiles.h" nogil:
     enum: FD_WINOGRAD_STREAM_AUTO
     size_t fd_winograd_stream_min_bytes()
     int fd_winograd_set_stream_output(int mode)
+    int fd_winograd_isa_compiled(int isa)
+
+cdef extern from "kernels/depthwise_rows.h" nogil:
+    int fd_depthwise_isa_compiled(int isa)
 
 cdef extern from "algorithms/algorithm.h" nogil:
     enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
@@ -238,11 +243,20 @@ def _gemm_isa_names():
 
 def build_info():
     """Compile-time and run-time facts for show_config()."""
-    isas = {name: bool(fd_gemm_isa_supported(i)) for i, name in enumerate(_gemm_isa_names())}
+    names = _gemm_isa_names()
+    isas = {name: bool(fd_gemm_isa_supported(i)) for i, name in enumerate(names)}
+    # Per ISA path, the kernel families that have code of their own for it in this build (compiled in,
+    # whatever this CPU supports); a family not listed runs its portable code on that path (every
+    # family on a path that is not compiled in; the Winograd transforms and depthwise rows on MSVC).
+    compiled = {name: [family for family, has in (("gemm", fd_gemm_isa_compiled(i)),
+                                                 ("winograd", fd_winograd_isa_compiled(i)),
+                                                 ("depthwise", fd_depthwise_isa_compiled(i))) if has]
+                for i, name in enumerate(names)}
     return {
         "thread_pool": fd_pool_backend().decode(),
         "gemm_isa": fd_gemm_isa_name(fd_gemm_get_isa()).decode(),
         "gemm_isa_supported": isas,
+        "isa_kernels_compiled": compiled,
         "winograd_stream_min_bytes": get_winograd_stream_min_bytes(),
     }
 

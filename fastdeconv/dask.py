@@ -538,7 +538,8 @@ def _cores() -> int:
 def peak_memory() -> int:
     """This process's peak resident memory in bytes: VmHWM on Linux, which starts afresh at exec (a
     spawned worker's ru_maxrss also counts its parent's pages from the fork before the exec),
-    ru_maxrss elsewhere (kilobytes on Linux, bytes on macOS)."""
+    ru_maxrss on other POSIX systems (kilobytes on Linux, bytes on macOS), the peak working set on
+    Windows (which has no `resource` module); 0 where none of these can be read."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -546,11 +547,42 @@ def peak_memory() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import resource
     import sys
 
+    try:
+        import resource
+    except ImportError:   # Windows
+        return _windows_peak_working_set()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _windows_peak_working_set() -> int:
+    """PeakWorkingSetSize of GetProcessMemoryInfo (psapi, in kernel32 since Windows 7), or 0 off Windows
+    or on failure."""
+    import ctypes
+    from ctypes import wintypes
+
+    windll = getattr(ctypes, "windll", None)
+    if windll is None:
+        return 0
+
+    class Counters(ctypes.Structure):   # PROCESS_MEMORY_COUNTERS
+        _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD)] + [
+            (name, ctypes.c_size_t) for name in (
+                "PeakWorkingSetSize", "WorkingSetSize", "QuotaPeakPagedPoolUsage", "QuotaPagedPoolUsage",
+                "QuotaPeakNonPagedPoolUsage", "QuotaNonPagedPoolUsage", "PagefileUsage", "PeakPagefileUsage")]
+
+    counters = Counters()
+    counters.cb = ctypes.sizeof(Counters)
+    get_info = windll.kernel32.K32GetProcessMemoryInfo
+    get_info.argtypes = [wintypes.HANDLE, ctypes.POINTER(Counters), wintypes.DWORD]
+    get_info.restype = wintypes.BOOL
+    process = windll.kernel32.GetCurrentProcess
+    process.restype = wintypes.HANDLE
+    if not get_info(process(), ctypes.byref(counters), counters.cb):
+        return 0
+    return int(counters.PeakWorkingSetSize)
 
 
 def _host() -> str:

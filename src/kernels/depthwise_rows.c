@@ -21,7 +21,9 @@
 #undef FD_ISA
 #undef FD_DW_SIMD
 
-#if FD_GEMM_X86_SIMD
+/* The SIMD clones need per-function target attributes and inline asm (GCC, clang); MSVC builds the
+ * portable one only (gemm_internal.h), and fd_depthwise_isa_compiled says so. */
+#if FD_X86_TARGET_ATTRIBUTES
 #define FD_HAVE_X86_CLONES 1
 #include <immintrin.h>
 
@@ -223,6 +225,10 @@ FD_TARGET_FEATURES(FD_AVX512_DEPTHWISE_FEATURES) static int fd_sdepthwise_rows_a
 static int depthwise_avx512_ok(void) { return FD_CPU_SUPPORTS(FD_AVX512_DEPTHWISE_FEATURES); }
 static int depthwise_avx2_ok(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES); }
 #endif
+
+int fd_depthwise_isa_compiled(int isa) {
+    return isa == FD_ISA_PORTABLE || (FD_HAVE_X86_CLONES && (isa == FD_ISA_AVX2 || isa == FD_ISA_AVX512));
+}
 
 #define FD_DEPTHWISE_DISPATCH(prefix, real)                                                                   \
     int fd_##prefix##depthwise_rows(const fd_geometry *geo, const ptrdiff_t *taps_y,                   \

@@ -19,4 +19,8 @@ int fd_sconv_depthwise_rows(const fd_geometry *geo, const float *x, const float 
 int fd_dconv_depthwise_rows(const fd_geometry *geo, const double *x, const double *wr, const double *bias, double *y,
                             ptrdiff_t row_begin, ptrdiff_t row_end);
 
+/* 1 if the kernels have a clone of their own for the GEMM's ISA id `isa` (gemm.h) in this build (an ISA
+ * without one runs the portable clone: every non-x86 ISA, and AVX2/AVX-512 on MSVC). */
+int fd_depthwise_isa_compiled(int isa);
+
 #endif

@@ -115,6 +115,7 @@ void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *co
  * fd_gemm_set_isa. The depthwise and Winograd kernels follow the same choice. */
 enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2, FD_ISA_COUNT = 3 };
 int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it, else 0 (also for unknown ids) */
+int fd_gemm_isa_compiled(int isa);     /* 1 if this build has the path's own kernels (whatever the CPU), else 0 */
 int fd_gemm_get_isa(void);             /* the path in use */
 int fd_gemm_set_isa(int isa);          /* force a path (tests); 0 on success, -1 if unsupported */
 const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512"; "unknown" for any other id */

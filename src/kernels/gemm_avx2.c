@@ -1,7 +1,9 @@
 /* AVX2+FMA indirect GEMM kernels (float: 6x16 tiles, double: 6x8 tiles; a packed
  * panel of 32 floats / 16 doubles is processed as two tiles side by side).
- * Compiled with baseline flags: only these functions carry the AVX2 target
- * attribute, and fd_gemm_avx2_available() gates them at run time. */
+ * GCC/clang: compiled with baseline flags, only these functions carry the AVX2 target
+ * attribute, and fd_gemm_avx2_available() gates them at run time. MSVC: the whole file is compiled
+ * with /arch:AVX2 (setup.py); fd_gemm_avx2_available() only calls fd_cpu_supports_all (baseline
+ * runtime/cpu_features.c), so nothing of the ISA runs before the check. */
 #include "gemm_internal.h"
 
 FD_GEMM_DECLARE_ISA(avx2)

@@ -41,7 +41,11 @@ const char *fd_gemm_isa_name(int isa) {
 }
 
 int fd_gemm_isa_supported(int isa) {
-    return isa >= 0 && isa < FD_ISA_COUNT ? fd_gemm_isas[isa].available() : 0;
+    return isa >= 0 && isa < FD_ISA_COUNT && fd_gemm_isas[isa].available() > 0;
+}
+
+int fd_gemm_isa_compiled(int isa) {
+    return isa >= 0 && isa < FD_ISA_COUNT && fd_gemm_isas[isa].available() >= 0;
 }
 
 /* The highest supported id (the portable path is always supported). */

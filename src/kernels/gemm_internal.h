@@ -5,30 +5,74 @@
 #define FASTDECONV_GEMM_INTERNAL_H
 
 #include "gemm.h"
+#include "runtime/cpu_features.h"
 
-/* x86-64 GCC/clang can compile AVX2/AVX-512 functions with per-function
- * target attributes while the rest of the build stays at the baseline ISA.
- * Elsewhere (arm64, MSVC, ...) the SIMD files compile to "unsupported" stubs. */
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(FD_GEMM_NO_SIMD)
+/* x86-64 SIMD kernels (AVX2, AVX-512), built in one of two ways:
+ *  - GCC and clang (FD_X86_TARGET_ATTRIBUTES): per-function target attributes, the rest of the build at
+ *    the baseline ISA; every SIMD kernel family (GEMM, Winograd transforms, depthwise rows).
+ *  - MSVC (not clang-cl): no per-function targets. The GEMM's per-ISA files (gemm_avx2.c,
+ *    gemm_avx512.c) are compiled with /arch:AVX2 and /arch:AVX512 by setup.py; the Winograd transforms
+ *    (GCC vector extensions) and the depthwise rows (inline asm, always_inline clones of one file) stay
+ *    portable there, and build_info()/show_config() say so (fd_winograd_isa_compiled,
+ *    fd_depthwise_isa_compiled).
+ * Elsewhere (arm64, ...) the x86 SIMD files compile to "unsupported" stubs. */
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(FD_GEMM_NO_SIMD) && \
+    (defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER))
 #define FD_GEMM_X86_SIMD 1
 #else
 #define FD_GEMM_X86_SIMD 0
 #endif
+#if FD_GEMM_X86_SIMD && (defined(__GNUC__) || defined(__clang__))
+#define FD_X86_TARGET_ATTRIBUTES 1
+#else
+#define FD_X86_TARGET_ATTRIBUTES 0
+#endif
 
 /* The x86 features each SIMD kernel is compiled for, one list per kernel family used twice: in its
- * target attribute (FD_TARGET_FEATURES) and in its run-time check (FD_CPU_SUPPORTS), so that a
- * kernel never runs on a CPU lacking an instruction it was allowed to use. Features GCC implies
- * (avx512f enables avx2 and avx; avx2 enables avx) are listed, and so checked, explicitly. */
+ * target attribute (FD_TARGET_FEATURES) and in its run-time check (FD_CPU_SUPPORTS, the package's own
+ * cpuid/xgetbv detection: runtime/cpu_features.h), so that a kernel never runs on a CPU lacking an
+ * instruction it was allowed to use. Features GCC implies (avx512f enables avx2 and avx; avx2 enables
+ * avx) are listed, and so checked, explicitly. */
 #define FD_AVX2_FEATURES(X, SEP) X(avx) SEP X(avx2) SEP X(fma)
 #define FD_AVX512_FEATURES(X, SEP) X(avx) SEP X(avx2) SEP X(fma) SEP X(avx512f)
 #define FD_AVX512_DEPTHWISE_FEATURES(X, SEP) \
     X(avx) SEP X(avx2) SEP X(fma) SEP X(avx512f) SEP X(avx512vl) SEP X(avx512bw) SEP X(avx512dq)
 #define FD_FEATURE_NAME(f) #f
-#define FD_FEATURE_SUPPORTED(f) __builtin_cpu_supports(#f)
+#define FD_FEATURE_BIT(f) FD_CPU_##f
+#if FD_X86_TARGET_ATTRIBUTES
 /* "avx" "," "avx2" ... concatenates into one "avx,avx2,..." string (GCC and clang) */
 #define FD_TARGET_FEATURES(list) __attribute__((target(list(FD_FEATURE_NAME, ","))))
-#define FD_CPU_SUPPORTS(list) (__builtin_cpu_init(), list(FD_FEATURE_SUPPORTED, &&))
+#define FD_CPU_SUPPORTS(list) fd_cpu_supports_all(list(FD_FEATURE_BIT, |))
+#else
+/* MSVC: a whole file is compiled for /arch:AVX2 or /arch:AVX512 (setup.py, MSVC_ARCH_FLAGS), which lets
+ * the compiler use more than the list (BMI/BMI2/LZCNT under /arch:AVX2; AVX512CD/VL/BW/DQ under
+ * /arch:AVX512): the run-time check covers the flag's features too. */
+#define FD_TARGET_FEATURES(list)
+#define FD_MSVC_ARCH_AVX2 (FD_CPU_avx | FD_CPU_avx2 | FD_CPU_fma | FD_CPU_bmi | FD_CPU_bmi2 | FD_CPU_lzcnt)
+#define FD_MSVC_ARCH_AVX512 \
+    (FD_MSVC_ARCH_AVX2 | FD_CPU_avx512f | FD_CPU_avx512cd | FD_CPU_avx512vl | FD_CPU_avx512bw | FD_CPU_avx512dq)
+#define FD_CPU_SUPPORTS(list) \
+    fd_cpu_supports_all((list(FD_FEATURE_BIT, |)) | (((list(FD_FEATURE_BIT, |)) & FD_CPU_avx512f) ? \
+                                                         FD_MSVC_ARCH_AVX512 : FD_MSVC_ARCH_AVX2))
+#endif
+
+/* The few compiler extensions the SIMD templates use, spelled for GCC/clang and for MSVC. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define FD_FORCE_INLINE __forceinline
+#define FD_NOINLINE __declspec(noinline)
+#define FD_PREFETCH_READ(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define FD_PREFETCH_WRITE(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+/* MSVC has no unroll pragma (it would warn C4068 and ignore it) */
+#define FD_UNROLL_BY(n)
+#else
+#define FD_FORCE_INLINE inline __attribute__((always_inline))
+#define FD_NOINLINE __attribute__((noinline))
+#define FD_PREFETCH_READ(p) __builtin_prefetch((p), 0, 3)
+#define FD_PREFETCH_WRITE(p) __builtin_prefetch((p), 1, 3)
+/* #pragma GCC unroll n, usable in a macro */
+#define FD_PRAGMA(text) _Pragma(#text)
+#define FD_UNROLL_BY(n) FD_PRAGMA(GCC unroll n)
+#endif
 
 /* Packed-B geometry, shared by every ISA (see gemm.h): panels of
  * FD_?PANEL columns; the last panel is only rounded up to FD_?GRANULE. */
@@ -75,7 +119,8 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                      int flags);
 
 /* What the kernel files of ISA `isa` (portable, avx2, avx512) define: fd_gemm_<isa>_available(), 1 if
- * compiled in and the CPU/OS can run it, and the float and double entry points fd_?gemm_indirect_<isa>.
+ * compiled in and the CPU/OS can run it, 0 if compiled in but not runnable here, -1 if not compiled in
+ * (FD_GEMM_PORTABLE_STUBS), and the float and double entry points fd_?gemm_indirect_<isa>.
  * Declared by those files and by gemm_dispatch.c, for every ISA of its table. */
 #define FD_GEMM_DECLARE_ISA(isa)                                                                              \
     int fd_gemm_##isa##_available(void);                                                                      \
@@ -85,11 +130,12 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                  const double *packed_b, const double *bias, double *const *c_rows,           \
                                  int flags);
 
-/* A build without x86 SIMD still defines an ISA's entry points (gemm_dispatch.c's table names them),
- * never chosen (available() is 0) and running the portable path. */
+/* A build without an ISA's kernels (x86 SIMD on arm64, ...) still defines its entry points
+ * (gemm_dispatch.c's table names them), never chosen (available() is -1: not compiled in) and running the
+ * portable path. */
 #define FD_GEMM_PORTABLE_STUBS(isa)                                                                           \
     FD_GEMM_DECLARE_ISA(portable)                                                                             \
-    int fd_gemm_##isa##_available(void) { return 0; }                                                         \
+    int fd_gemm_##isa##_available(void) { return -1; }                                                        \
     void fd_sgemm_indirect_##isa(size_t M, size_t N, size_t T, size_t Kc, const float *const *a_rows,        \
                                  const float *packed_b, const float *bias, float *const *c_rows, int flags) { \
         fd_sgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);                       \

@@ -28,7 +28,7 @@
  * every row of the tile is skipped; one missing from some rows runs for all of them (those rows
  * read another row's A) and the missing rows' accumulators are put back afterwards, so they never
  * see the product. The plain instantiation (SKIP = 0) is unchanged. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(tile)(
     const int MR, const int NV, const int SKIP, size_t mr, size_t nc, size_t T, size_t Kc,
     const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows,
     size_t n, int accumulate) {
@@ -40,17 +40,17 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
     size_t t, k;
 
     /* Rows past mr repeat row mr-1 so the inner loop keeps its fixed shape. */
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (i = 0; i < MR; i++) c[i] = c_rows[(size_t)i < mr ? (size_t)i : mr - 1] + n;
 
     /* Prefetch the tile's C lines now so their misses resolve under the FMAs. For
      * the same reason accumulate adds C at the end instead of loading it here. */
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (v = 0; v < NV; v++) __builtin_prefetch(c[i] + v * FD_LANES, 1, 3);
+FD_UNROLL_BY(4)
+        for (v = 0; v < NV; v++) FD_PREFETCH_WRITE(c[i] + v * FD_LANES);
 
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
     for (v = 0; v < NV; v++) {
         const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
         FD_VEC init = FD_VZERO();
@@ -58,7 +58,7 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
             init = full || left >= FD_LANES ? FD_VLOADU(bias + n + v * FD_LANES)
                    : left > 0              ? FD_VLOAD_PART(bias + n + v * FD_LANES, (int)left)
                                            : FD_VZERO();
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
         for (i = 0; i < MR; i++) acc[i][v] = init;
     }
 
@@ -66,21 +66,21 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
         const FD_REAL *a[FD_TILE_MAX_MR];
         const FD_REAL *bk = b + t * Kc * b_stride;
         unsigned missing = 0;
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
         for (i = 0; i < MR; i++) a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
         if (SKIP) {
             const FD_REAL *present = NULL;
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
             for (i = 0; i < MR; i++) {
                 if (a[i] == NULL) missing |= 1u << i;
                 else present = a[i];
             }
             if (present == NULL) continue;
             if (missing) {
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
                 for (i = 0; i < MR; i++) {
                     if (a[i] == NULL) a[i] = present;
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                     for (v = 0; v < NV; v++) saved[i][v] = acc[i][v];
                 }
             }
@@ -93,31 +93,31 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
                memory that this call may never read, and a tap of a few channels (Kc = 3) would
                issue MR prefetches for a few FMAs per row, which cost more than they save. */
             if ((k & (FD_A_LINE - 1)) == 0 && k + 2 * FD_A_LINE < Kc) {
-#pragma GCC unroll 32
-                for (i = 0; i < MR; i++) __builtin_prefetch(a[i] + k + 2 * FD_A_LINE, 0, 3);
+FD_UNROLL_BY(32)
+                for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k + 2 * FD_A_LINE);
             }
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
             for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
             bk += b_stride;
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
             for (i = 0; i < MR; i++) {
                 const FD_VEC ai = FD_VBCAST(a[i] + k);
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                 for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
             }
         }
         if (SKIP && missing) {
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
             for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                 for (v = 0; v < NV; v++) acc[i][v] = (missing >> i & 1u) ? saved[i][v] : acc[i][v];
         }
     }
 
     /* Clamped duplicate rows (i >= mr) are computed but never stored. */
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (v = 0; v < NV; v++) {
             if ((size_t)i >= mr) break;
             const ptrdiff_t left = (ptrdiff_t)nc - v * FD_LANES;
@@ -140,31 +140,31 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(tile)(
  * registers; no prefetch (the tile reads every line of its rows itself). With so few k steps per tile
  * (32 or 64) the indirect tile's per-tile work is a large share of the time; the Winograd layers' GEMMs
  * gain most. The narrow dense tile's 24 rows of one vector measured faster than 16 or 28. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dense_tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dense_tile)(
     const int MR, const int NV, const int KC, const FD_REAL *a, const FD_REAL *b, size_t b_stride, FD_REAL *c,
     size_t ldc) {
     FD_VEC acc[FD_DENSE_MAX_MR][FD_TILE_MAX_NV];
     int i, v, k;
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (v = 0; v < NV; v++) acc[i][v] = FD_VZERO();
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (k = 0; k < KC; k++) {
         FD_VEC bv[FD_TILE_MAX_NV];
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(b + v * FD_LANES);
         b += b_stride;
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
         for (i = 0; i < MR; i++) {
             const FD_VEC ai = FD_VBCAST(a + i * KC + k);
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
             for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
         }
     }
-#pragma GCC unroll 32
+FD_UNROLL_BY(32)
     for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (v = 0; v < NV; v++) FD_VSTOREU(c + i * ldc + v * FD_LANES, acc[i][v]);
 }
 
@@ -229,8 +229,8 @@ FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, )
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, __attribute__((noinline)))
-FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((noinline)))
+FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, FD_NOINLINE)
+FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, FD_NOINLINE)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -241,21 +241,21 @@ FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, __attribute__((n
  * vector accumulators, fed by MR vectors of A and NC of B per step of FD_LANES k (the last step of each
  * tap masked: both operands zero past Kc), then summed across lanes. A tap missing from a row
  * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
-static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dot_tile)(
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dot_tile)(
     const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
     const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0, int accumulate) {
     FD_VEC acc[FD_DOT_ACC][FD_GEMM_DOT_MAX_N];
     const size_t K = T * Kc, full = Kc / FD_LANES * FD_LANES;
     int i, n;
     size_t t, k;
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (n = 0; n < NC; n++) acc[i][n] = FD_VZERO();
     for (t = 0; t < T; t++) {
         const FD_REAL *a[FD_DOT_ACC];
         int complete = 1;
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
         for (i = 0; i < MR; i++) {
             a[i] = a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t];
             complete &= a[i] != NULL;
@@ -265,19 +265,19 @@ static inline __attribute__((always_inline)) FD_TARGET void FD_SIMD_FN(dot_tile)
                 FD_VEC x[FD_DOT_ACC], w[FD_GEMM_DOT_MAX_N];
                 const int part = (int)(Kc - k);
                 if (k < full) {
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
                     for (i = 0; i < MR; i++) x[i] = FD_VLOADU(a[i] + k);
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                     for (n = 0; n < NC; n++) w[n] = FD_VLOADU(bt + (size_t)n * K + t * Kc + k);
                 } else {
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
                     for (i = 0; i < MR; i++) x[i] = FD_VLOAD_PART(a[i] + k, part);
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                     for (n = 0; n < NC; n++) w[n] = FD_VLOAD_PART(bt + (size_t)n * K + t * Kc + k, part);
                 }
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
                 for (i = 0; i < MR; i++)
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                     for (n = 0; n < NC; n++) acc[i][n] = FD_VFMA(x[i], w[n], acc[i][n]);
             }
         } else {   /* some rows lack this tap: row by row */

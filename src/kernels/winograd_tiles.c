@@ -10,7 +10,10 @@
 #include "runtime/templating.h"
 #include "winograd_tiles.h"
 
-#if FD_GEMM_X86_SIMD
+/* The SIMD clones need per-function target attributes (GCC, clang); MSVC builds the portable one only
+ * (gemm_internal.h), and fd_winograd_isa_compiled says so. */
+#define FD_WINOGRAD_X86 FD_X86_TARGET_ATTRIBUTES
+#if FD_WINOGRAD_X86
 #include <immintrin.h>
 #endif
 
@@ -37,7 +40,7 @@
 #undef FD_ISA
 #undef FD_WVEC_BYTES
 
-#if FD_GEMM_X86_SIMD
+#if FD_WINOGRAD_X86
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_WVEC_BYTES 32
@@ -78,13 +81,19 @@ typedef struct {
     {id, winograd_##isa##_ok, fd_swinograd_input_##isa, fd_swinograd_output_##isa, fd_dwinograd_input_##isa, \
      fd_dwinograd_output_##isa}
 static const winograd_clone winograd_clones[] = {
-#if FD_GEMM_X86_SIMD
+#if FD_WINOGRAD_X86
     WINOGRAD_CLONE(FD_ISA_AVX512, avx512),
     WINOGRAD_CLONE(FD_ISA_AVX2, avx2),
 #endif
     WINOGRAD_CLONE(FD_ISA_PORTABLE, portable),
 };
 #undef WINOGRAD_CLONE
+
+int fd_winograd_isa_compiled(int isa) {
+    for (size_t i = 0; i < sizeof(winograd_clones) / sizeof(winograd_clones[0]); i++)
+        if (winograd_clones[i].isa == isa) return 1;
+    return 0;
+}
 
 static const winograd_clone *winograd_clone_for(int isa) {
     const size_t last = sizeof(winograd_clones) / sizeof(winograd_clones[0]) - 1;
@@ -110,33 +119,11 @@ static const winograd_clone *winograd_clone_for(int isa) {
 static int fd_winograd_stream_mode = FD_WINOGRAD_STREAM_AUTO;
 static int fd_winograd_stream_auto_kib = -1;
 
-#if FD_GEMM_X86_SIMD
-#include <cpuid.h>
-
-/* KiB of the level-3 cache, from CPUID's deterministic cache parameters (leaf 4 on Intel, 0x8000001D
- * on AMD: ways x partitions x line size x sets), or 0 when no leaf describes one. */
-static long long last_level_cache_kib(void) {
-    const unsigned leaf = __builtin_cpu_is("amd") ? 0x8000001Du : 4u;
-    if (__get_cpuid_max(leaf & 0x80000000u, NULL) < leaf) return 0;
-    for (unsigned index = 0; index < 16; index++) {
-        unsigned a, b, c, d;
-        __cpuid_count(leaf, index, a, b, c, d);
-        const unsigned type = a & 0x1f, level = (a >> 5) & 7;
-        if (type == 0) break;                        /* no more caches */
-        if (level == 3 && (type == 1 || type == 3))  /* data or unified */
-            return (long long)(((b >> 22) & 0x3ff) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) *
-                   ((long long)c + 1) / 1024;
-    }
-    return 0;
-}
-#endif
-
 static int stream_auto_kib(void) {
-#if FD_GEMM_X86_SIMD
-    __builtin_cpu_init();
+#if FD_WINOGRAD_X86
     if (!winograd_avx512_ok()) return INT_MAX;   /* only the AVX-512 path streams */
-    if (__builtin_cpu_is("intel")) return 0;
-    const long long third = last_level_cache_kib() / 3;
+    if (fd_cpu_vendor() == FD_CPU_VENDOR_INTEL) return 0;
+    const long long third = fd_cpu_l3_kib() / 3;
     return third > 0 && third < INT_MAX ? (int)third : INT_MAX;
 #else
     return INT_MAX;

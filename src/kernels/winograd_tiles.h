@@ -89,6 +89,10 @@ void fd_dwinograd_input(const fd_winograd_phase *ph, const fd_winograd_tile *til
 int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const float *M);
 int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
 
+/* 1 if the transforms have a clone of their own for the GEMM's ISA id `isa` (gemm.h) in this build (an
+ * ISA without one runs the portable clone: every non-x86 ISA, and AVX2/AVX-512 on MSVC). */
+int fd_winograd_isa_compiled(int isa);
+
 /* Non-temporal output stores. A layer whose output (all images, bytes) is at least
  * fd_winograd_stream_min_bytes() sets ph->stream; SIZE_MAX means none. FD_WINOGRAD_STREAM_AUTO (the
  * default): every output on Intel CPUs with AVX-512 (only that path streams); on other CPUs with

@@ -109,12 +109,12 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
 #define WIN_KIND_FN(name, MY, TY, MX, TX) FD_ISA_FN(FD_CAT(name, FD_CAT(FD_CAT(_##MY##_##TY, _), MX##_##TX)))
 
 #define WIN_DEFINE(MY, TY, MX, TX)                                                                                 \
-    static FD_TARGET __attribute__((noinline)) void WIN_KIND_FN(win_in, MY, TY, MX, TX)(                          \
+    static FD_TARGET FD_NOINLINE void WIN_KIND_FN(win_in, MY, TY, MX, TX)(                          \
         const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, FD_REAL *V) {                \
         FD_ISA_FN(win_input_tiles_fixed)(ph, tiles, count, V, (MY) + (TY) - 1, (MX) + (TX) - 1,                         \
                                    &WIN_TABLE(MY, TY, _BT)[0][0], &WIN_TABLE(MX, TX, _BT)[0][0]);                  \
     }                                                                                                              \
-    static FD_TARGET __attribute__((noinline)) int WIN_KIND_FN(win_out, MY, TY, MX, TX)(                          \
+    static FD_TARGET FD_NOINLINE int WIN_KIND_FN(win_out, MY, TY, MX, TX)(                          \
         const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const FD_REAL *M) {          \
         return FD_ISA_FN(win_output_tiles_fixed)(ph, tiles, count, M, (MY) + (TY) - 1, (MX) + (TX) - 1, MY, MX,          \
                                            &WIN_TABLE(MY, TY, _AT)[0][0], &WIN_TABLE(MX, TX, _AT)[0][0]);          \

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import platform
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -219,6 +221,32 @@ def test_show_config_prints_thread_pool_and_simd(capsys):
     assert "threads" in text
     for isa, ok in fastdeconv._cpu.build_info()["gemm_isa_supported"].items():
         assert isa in text
+
+
+# The SIMD paths each machine type must have compiled in (whatever this CPU supports), and the kernel
+# families each must cover: a wheel (.ci/run tests the installed wheel) can never silently ship the
+# portable code only. x86-64: AVX2 and AVX-512 for every family, except on MSVC (Windows), where the
+# Winograd transforms and the depthwise rows have no SIMD clones (src/kernels/gemm_internal.h); arm64:
+# a NEON GEMM at least.
+_X86_FAMILIES = ("gemm",) if sys.platform == "win32" else ("gemm", "winograd", "depthwise")
+_EXPECTED_SIMD_PATHS = {
+    **dict.fromkeys(("x86_64", "amd64"), {"avx2": _X86_FAMILIES, "avx512": _X86_FAMILIES}),
+    **dict.fromkeys(("aarch64", "arm64"), {"neon": ("gemm",)}),
+}
+
+
+def test_show_config_has_the_simd_paths_of_this_platform():
+    machine = platform.machine().lower()
+    if machine not in _EXPECTED_SIMD_PATHS:
+        pytest.skip(f"no SIMD paths expected on {machine}")
+    paths = fastdeconv._config.config()["simd_paths"]
+    for isa, families in _EXPECTED_SIMD_PATHS[machine].items():
+        assert isa in paths, f"no {isa} path in this build: {paths}"
+        missing = [family for family in families if family not in paths[isa]["compiled"]]
+        assert not missing, f"the {isa} path has no {missing} kernels compiled in: {paths}"
+    assert paths["portable"] == {"compiled": ["gemm", "winograd", "depthwise"], "supported": True}
+    for path in paths.values():   # a supported path is a compiled one
+        assert path["compiled"] or not path["supported"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "kernels/gemm.h"
+#include "runtime/cpu_features.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rng_next(void) {
@@ -328,6 +329,25 @@ static void run_bench(const char *which, int reps, const bench_shape *custom) {
     }
 }
 
+/* The package's own detection (runtime/cpu_features.c) against the compiler's (libgcc's __cpu_model,
+ * which checks the same cpuid bits and XCR0 state), feature by feature: the kernels' run-time checks
+ * moved from one to the other and must not have changed. GCC on x86 only (mingw included); Apple's
+ * toolchain has no __cpu_model, and clang's lacks some of these names. */
+static void check_cpu_features(void) {
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+#define CHECK_FEATURE(f)                                                                               \
+    if (!!fd_cpu_supports_all(FD_CPU_##f) != !!__builtin_cpu_supports(#f)) {                           \
+        fprintf(stderr, "FAIL cpu feature %s: own detection %d, __builtin_cpu_supports %d\n", #f,       \
+                fd_cpu_supports_all(FD_CPU_##f), !!__builtin_cpu_supports(#f));                        \
+        failures++;                                                                                    \
+    }
+    FD_CPU_FEATURE_LIST(CHECK_FEATURE)
+#undef CHECK_FEATURE
+    printf("cpu features: own detection agrees with __builtin_cpu_supports on all %d\n", FD_CPU_FEATURE_COUNT);
+#endif
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "full";
     printf("default isa: %s\n", fd_gemm_isa_name(fd_gemm_get_isa()));
@@ -342,7 +362,13 @@ int main(int argc, char **argv) {
         run_bench(argc > 2 ? argv[2] : "all", argc > 3 ? atoi(argv[3]) : 5, argc > 7 ? &custom : NULL);
         return 0;
     }
-    if (fd_gemm_set_isa(99) != -1 || fd_gemm_isa_supported(-1)) {
+    check_cpu_features();
+    for (int isa = 0; isa < FD_ISA_COUNT; isa++)
+        if (fd_gemm_isa_supported(isa) && !fd_gemm_isa_compiled(isa)) {
+            fprintf(stderr, "FAIL isa %s supported but not compiled in\n", fd_gemm_isa_name(isa));
+            failures++;
+        }
+    if (fd_gemm_set_isa(99) != -1 || fd_gemm_isa_supported(-1) || fd_gemm_isa_compiled(-1)) {
         fprintf(stderr, "FAIL bad isa accepted\n");
         failures++;
     }

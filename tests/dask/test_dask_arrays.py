@@ -400,6 +400,28 @@ def test_a_layer_pickles_to_its_weights_and_runs_on_a_worker(client):
     np.testing.assert_array_equal(client.submit(conv, x).result(), conv(x))
 
 
+def test_peak_memory_without_proc_or_resource(monkeypatch):
+    """Windows has neither /proc nor the `resource` module: peak_memory() falls back to the peak working
+    set there (0 where that cannot be read either, as here off Windows), never an ImportError."""
+    import builtins
+    import sys
+
+    real_open = builtins.open
+
+    def no_proc(path, *args, **kwargs):
+        if str(path).startswith("/proc/"):
+            raise OSError("no /proc")
+        return real_open(path, *args, **kwargs)
+
+    assert fdask.peak_memory() > 0
+    monkeypatch.setattr(builtins, "open", no_proc)
+    monkeypatch.setitem(sys.modules, "resource", None)   # `import resource` raises ImportError
+    peak = fdask.peak_memory()
+    assert isinstance(peak, int) and peak >= 0
+    if sys.platform == "win32":
+        assert peak > 0
+
+
 def _worker_memory(dask_worker):
     """Peak resident memory of the worker process so far (VmHWM: from its exec on, not its parent's
     pages before it), what it has spilled to disk, and its process id."""
