@@ -10,7 +10,7 @@ out=${BUILD_DIR:-$root/build/tests_c}
 mkdir -p "$out"
 CC=${CC:-gcc}
 kernels=$root/src/kernels
-gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c"
+gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $kernels/gemm_neon.c"
 sources="$gemm_sources $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
