@@ -47,8 +47,8 @@
  *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8
  *   avx2   f32:  6 x 16 (12 ymm acc), a 32-wide panel = two tiles side by side
  *   avx2   f64:  6 x 8
- *   neon   f32:  6 x 16 (24 q-register acc), two tiles per 32-wide panel (AArch64, gemm_neon.c)
- *   neon   f64:  6 x 8  (24 q-register acc)
+ *   neon   f32:  5 x 16 (20 q-register acc), two tiles per 32-wide panel (AArch64, gemm_neon.c)
+ *   neon   f64:  5 x 8  (20 q-register acc)
  *   portable:    4 x 8 f32 / 4 x 4 f64 plain C arrays (GCC: SLP-vectorised, SSE2/NEON)
  * Why P = 2 vectors: 2 B loads + MR broadcasts per 2*MR FMAs keeps the load ports far
  * below the FMA rate, and two accumulator columns give enough independent chains;

@@ -1,13 +1,16 @@
 /* AArch64 Advanced SIMD (NEON) indirect GEMM kernels, instantiated from gemm_simd.template.c like the x86
- * files (float: 6x16 tiles = 6 rows x 4 float32x4_t, a packed panel of 32 floats processed as two tiles
- * side by side; double: 6x8 tiles = 6 rows x 4 float64x2_t, two per 16-double panel; 24 accumulators
- * of the 32 vector registers, the rest for the 4 B vectors and the broadcast A element). Advanced SIMD is
- * baseline on every AArch64 CPU, so no target attribute and no run-time check: fd_gemm_neon_available()
- * is 1 wherever this file compiles its kernels (GCC or clang for AArch64), 0 elsewhere (stubs).
- *
- * Each k step per tile: 4 B vector loads, 6 scalar A loads (FD_VBCAST as vdupq_n of a loaded scalar,
- * which GCC and clang fold into the by-element form FMLA Vd.4S, Vn.4S, Vm.S[0]: no DUP instruction),
- * 24 FMLA. Room is left for SVE/SME: each would be one more file and dispatch line (gemm_dispatch.c). */
+ * files. Tiles: float 5 rows x 16 columns (4 float32x4_t), a packed panel of 32 floats processed as two
+ * tiles side by side; double 5 x 8 (4 float64x2_t), two per 16-double panel: 20 accumulators, enough
+ * independent FMA chains for 4 FMA pipes of 4-cycle latency (16), and with the 4 B vectors and the 5
+ * broadcast A elements 29 of the 32 vector registers. 6 rows (24 accumulators) measured 2-3 spills per
+ * k step with GCC 12 (aarch64-linux-gnu-gcc -O3): it loads all 6 A elements before the FMAs, 34 live
+ * vectors. Each k step of a tile: 2 LDP of B, 5 scalar loads of A (FD_VBCAST is vdupq_n of a loaded
+ * scalar, folded into the by-element FMLA Vd.4S, Vn.4S, Vm.S[0]: no DUP), 20 FMLA.
+ * No FD_GEMM_DENSE tiles (FD_DENSE_*_MR undefined): GCC 12 spills the fully unrolled Kc = 32 tile (~900
+ * stack accesses); FD_GEMM_DENSE calls take the indirect tiles, with the same results.
+ * Advanced SIMD is baseline on every AArch64 CPU, so no target attribute and no run-time check:
+ * fd_gemm_neon_available() is 1 wherever this file compiles its kernels (GCC or clang for AArch64), 0
+ * elsewhere (stubs). Room is left for SVE/SME: each would be one more file and dispatch line. */
 #include "gemm_internal.h"
 
 FD_GEMM_DECLARE_ISA(neon)
@@ -63,12 +66,10 @@ static inline void fd_neon_store_part_f64(double *p, float64x2_t v, int n) {
 #define FD_VSTORE_PART(p, v, n) fd_neon_store_part_f32((p), (v), (n))
 #define FD_VHSUM(v) vaddvq_f32(v)
 #define FD_DOT_ACC 16
-#define FD_WIDE_MR 6
+#define FD_WIDE_MR 5
 #define FD_WIDE_NV 4
-#define FD_NARROW_MR 6
+#define FD_NARROW_MR 5
 #define FD_NARROW_NV 4
-#define FD_DENSE_WIDE_MR 6
-#define FD_DENSE_NARROW_MR 6
 #include "gemm_simd.template.c"
 
 /* ---- double: 2 lanes */
@@ -88,12 +89,10 @@ static inline void fd_neon_store_part_f64(double *p, float64x2_t v, int n) {
 #define FD_VSTORE_PART(p, v, n) fd_neon_store_part_f64((p), (v), (n))
 #define FD_VHSUM(v) vaddvq_f64(v)
 #define FD_DOT_ACC 16
-#define FD_WIDE_MR 6
+#define FD_WIDE_MR 5
 #define FD_WIDE_NV 4
-#define FD_NARROW_MR 6
+#define FD_NARROW_MR 5
 #define FD_NARROW_NV 4
-#define FD_DENSE_WIDE_MR 6
-#define FD_DENSE_NARROW_MR 6
 #include "gemm_simd.template.c"
 
 #else /* not AArch64 GCC/clang */
