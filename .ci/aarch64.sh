@@ -11,8 +11,8 @@
 #   .ci/aarch64.sh              all of it
 #   .ci/aarch64.sh c            the C part only
 # $AARCH64_ROOTFS (default /srv/arm64) keeps the arm64 root between runs (about 250 MB; 1-2 minutes to make).
-# QEMU 7.2 (Debian bookworm's own) has a fork bug in user-mode emulation that the pool harness's fork check
-# meets; QEMU >= 8 is required (bookworm-backports has 10).
+# QEMU >= 8 is required (bookworm-backports has 10): bookworm's own 7.2 has a fork bug in user-mode emulation
+# (issue 28: Python tests that fork failed under 7.2 and pass under 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
