@@ -68,6 +68,9 @@ static const layer layers[] = {
     {3, 3, 3, 2, 3, 3, 3, 3, 3, 1, 1, 0, 0, 1, 2, 2},    /* k3 s3 */
     {1, 10, 6, 12, 20, 6, 6, 2, 2, 1, 1, 2, 2, 1, 0, 0}, /* k6 s2: conv winograd's 3 taps per phase */
     {1, 5, 5, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 16, 0, 0}, /* depthwise over 16 channels: full vectors */
+    {1, 4, 37, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, 0, 0},   /* depthwise, rows of whole 16-pixel tiles, part vectors */
+    {1, 5, 40, 3, 9, 5, 5, 2, 2, 1, 1, 2, 2, 3, 1, 1},   /* depthwise, multiplier 3, k5 s2 */
+    {1, 3, 21, 5, 5, 3, 3, 1, 1, 2, 2, 2, 2, 5, 0, 0},   /* depthwise, dilation 2: the generic tiles */
 };
 
 static fd_geometry geometry_of(const layer *l, int transposed) {
