@@ -122,7 +122,7 @@ $CC -shared -fPIC -O3 -fwrapv -std=c99 -ffp-contract=fast -pthread -Wall -Wno-un
     -o "$out/$so" -Wl,--strip-debug
 # The package and its tests, as installed: a copy outside the source tree
 rm -rf "$out/pkg" && mkdir -p "$out/pkg"
-git ls-files -z fastdeconv tests pyproject.toml | tar --null -T - -cf - | tar -xf - -C "$out/pkg"
+git ls-files -z --cached --others --exclude-standard fastdeconv tests pyproject.toml | tar --null -T - -cf - | tar -xf - -C "$out/pkg"
 rm -f "$out/pkg/fastdeconv/_cpu.pyx"
 cp "$out/$so" "$out/pkg/fastdeconv/"
 cd "$out/pkg"
