@@ -32,6 +32,7 @@ C_SOURCES = [
     "src/kernels/gemm_portable.c",
     "src/kernels/gemm_avx2.c",
     "src/kernels/gemm_avx512.c",
+    "src/kernels/gemm_neon.c",
     "src/kernels/depthwise_rows.c",
     "src/kernels/winograd_tiles.c",
     "src/algorithms/algorithms.c",

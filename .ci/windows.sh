@@ -59,7 +59,7 @@ echo "-- mingw-w64: harnesses under wine"
 # -static: no MinGW runtime DLLs to find under wine; -pthread: winpthreads (clock_gettime, the harness'
 # own threads; the pool itself uses Win32 threads on _WIN32).
 $mingw -static -pthread src/kernels/gemm_dispatch.c src/kernels/gemm_portable.c src/kernels/gemm_avx2.c \
-    src/kernels/gemm_avx512.c src/runtime/cpu_features.c tests/c/test_gemm.c -o "$work/test_gemm.exe"
+    src/kernels/gemm_avx512.c src/kernels/gemm_neon.c src/runtime/cpu_features.c tests/c/test_gemm.c -o "$work/test_gemm.exe"
 $mingw -static -pthread src/runtime/pool.c tests/c/test_pool.c -o "$work/test_pool.exe"
 export WINEPREFIX="$work/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
 wineboot -i >/dev/null 2>&1 || true

@@ -263,7 +263,7 @@ def build_info():
 
 def set_gemm_isa(str name):
     """Force a GEMM ISA path by name (one of build_info()["gemm_isa_supported"]: "portable", "avx2",
-    "avx512"); for tests and benchmarks."""
+    "avx512", "neon"); for tests and benchmarks."""
     names = _gemm_isa_names()
     if name not in names:
         *others, last = names
@@ -297,7 +297,7 @@ ISA_ENV = "FASTDECONV_ISA"
 
 
 def _gemm_isa_from_environment():
-    """$FASTDECONV_ISA (portable, avx2 or avx512) forces the GEMM path; parsed once, at import. A
+    """$FASTDECONV_ISA (portable, avx2, avx512 or neon) forces the GEMM path; parsed once, at import. A
     bad or unsupported value warns and keeps the best path (a warning, not an import error, so that
     a stale variable cannot make the package unimportable)."""
     requested = os.environ.get(ISA_ENV, "").strip()

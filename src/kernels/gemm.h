@@ -47,6 +47,8 @@
  *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8
  *   avx2   f32:  6 x 16 (12 ymm acc), a 32-wide panel = two tiles side by side
  *   avx2   f64:  6 x 8
+ *   neon   f32:  5 x 16 (20 q-register acc), two tiles per 32-wide panel (AArch64, gemm_neon.c)
+ *   neon   f64:  5 x 8  (20 q-register acc)
  *   portable:    4 x 8 f32 / 4 x 4 f64 plain C arrays (GCC: SLP-vectorised, SSE2/NEON)
  * Why P = 2 vectors: 2 B loads + MR broadcasts per 2*MR FMAs keeps the load ports far
  * below the FMA rate, and two accumulator columns give enough independent chains;
@@ -112,13 +114,14 @@ void fd_dgemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const double *co
 /* ISA paths, by id 0 .. FD_ISA_COUNT - 1; gemm_dispatch.c's table gives each its name and kernels.
  * Ids ascend in preference: the initial choice is the highest supported one, overridable with the
  * Python package's $FASTDECONV_ISA=<name> (parsed once at import, see fastdeconv/_cpu.pyx) or
- * fd_gemm_set_isa. The depthwise and Winograd kernels follow the same choice. */
-enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2, FD_ISA_COUNT = 3 };
+ * fd_gemm_set_isa. The depthwise and Winograd kernels follow the same choice. NEON (AArch64) and the x86
+ * paths are never supported in the same build. */
+enum { FD_ISA_PORTABLE = 0, FD_ISA_AVX2 = 1, FD_ISA_AVX512 = 2, FD_ISA_NEON = 3, FD_ISA_COUNT = 4 };
 int fd_gemm_isa_supported(int isa);    /* 1 if this CPU + build can run it, else 0 (also for unknown ids) */
 int fd_gemm_isa_compiled(int isa);     /* 1 if this build has the path's own kernels (whatever the CPU), else 0 */
 int fd_gemm_get_isa(void);             /* the path in use */
 int fd_gemm_set_isa(int isa);          /* force a path (tests); 0 on success, -1 if unsupported */
-const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512"; "unknown" for any other id */
+const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512", "neon"; "unknown" for any other id */
 
 #ifdef __cplusplus
 }

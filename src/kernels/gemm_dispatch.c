@@ -12,7 +12,8 @@
 #define FD_GEMM_ISAS(ISA)          \
     ISA(FD_ISA_PORTABLE, portable) \
     ISA(FD_ISA_AVX2, avx2)         \
-    ISA(FD_ISA_AVX512, avx512)
+    ISA(FD_ISA_AVX512, avx512)     \
+    ISA(FD_ISA_NEON, neon)
 
 #define FD_GEMM_ISA_DECLARATIONS(id, isa) FD_GEMM_DECLARE_ISA(isa)
 FD_GEMM_ISAS(FD_GEMM_ISA_DECLARATIONS)

@@ -1,5 +1,5 @@
 /* Internal glue between the GEMM's run-time ISA dispatch (gemm_dispatch.c), its packing and portable
- * path (gemm_portable.c) and its SIMD files (gemm_avx2.c, gemm_avx512.c); the depthwise and Winograd
+ * path (gemm_portable.c) and its SIMD files (gemm_avx2.c, gemm_avx512.c, gemm_neon.c); the depthwise and Winograd
  * kernels use its feature lists and run-time choices too. Not part of the public API. */
 #ifndef FASTDECONV_GEMM_INTERNAL_H
 #define FASTDECONV_GEMM_INTERNAL_H
@@ -26,6 +26,14 @@
 #define FD_X86_TARGET_ATTRIBUTES 1
 #else
 #define FD_X86_TARGET_ATTRIBUTES 0
+#endif
+
+/* AArch64 GCC/clang: the NEON kernels (gemm_neon.c). Advanced SIMD is baseline there, so they need
+ * neither target attributes nor a run-time check; elsewhere gemm_neon.c compiles to stubs. */
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FD_GEMM_NO_SIMD)
+#define FD_GEMM_NEON 1
+#else
+#define FD_GEMM_NEON 0
 #endif
 
 /* The x86 features each SIMD kernel is compiled for, one list per kernel family used twice: in its
@@ -118,7 +126,7 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                      const double *packed_b, const double *bias, double *const *c_rows,
                                      int flags);
 
-/* What the kernel files of ISA `isa` (portable, avx2, avx512) define: fd_gemm_<isa>_available(), 1 if
+/* What the kernel files of ISA `isa` (portable, avx2, avx512, neon) define: fd_gemm_<isa>_available(), 1 if
  * compiled in and the CPU/OS can run it, 0 if compiled in but not runnable here, -1 if not compiled in
  * (FD_GEMM_PORTABLE_STUBS), and the float and double entry points fd_?gemm_indirect_<isa>.
  * Declared by those files and by gemm_dispatch.c, for every ISA of its table. */
@@ -130,7 +138,7 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                  const double *packed_b, const double *bias, double *const *c_rows,           \
                                  int flags);
 
-/* A build without an ISA's kernels (x86 SIMD on arm64, ...) still defines its entry points
+/* A build without an ISA's kernels (x86 SIMD off x86, NEON off AArch64, ...) still defines its entry points
  * (gemm_dispatch.c's table names them), never chosen (available() is -1: not compiled in) and running the
  * portable path. */
 #define FD_GEMM_PORTABLE_STUBS(isa)                                                                           \

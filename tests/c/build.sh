@@ -1,6 +1,7 @@
 #!/bin/sh
-# Build and run the standalone GEMM test (tests/c/test_gemm.c) with baseline flags, and the thread
-# pool's (tests/c/test_pool.c).
+# Build and run the standalone GEMM test (tests/c/test_gemm.c) with baseline flags, the algorithms'
+# (tests/c/test_algorithms.c: every algorithm against a naive reference) and the thread pool's
+# (tests/c/test_pool.c). .ci/aarch64.sh builds the same harnesses for AArch64 and runs them under QEMU.
 #   tests/c/build.sh            full tests, then the quick sets under valgrind, TSan (pool) and ASan/UBSan
 #   tests/c/build.sh bench [isa|all] [reps]   benchmark build (-O3, like the package build)
 set -eu
@@ -10,7 +11,7 @@ out=${BUILD_DIR:-$root/build/tests_c}
 mkdir -p "$out"
 CC=${CC:-gcc}
 kernels=$root/src/kernels
-gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $root/src/runtime/cpu_features.c"
+gemm_sources="$kernels/gemm_dispatch.c $kernels/gemm_portable.c $kernels/gemm_avx2.c $kernels/gemm_avx512.c $kernels/gemm_neon.c $root/src/runtime/cpu_features.c"
 sources="$gemm_sources $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
@@ -33,6 +34,24 @@ if $CC -O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=all -I
     -o "$out/test_gemm_asan" -lm 2>/dev/null; then
     echo "AddressSanitizer + UBSan:"
     "$out/test_gemm_asan" quick
+else
+    echo "sanitizers unavailable: skipped"
+fi
+
+# Every algorithm of src/algorithms on every supported ISA, float32 and float64, against a naive reference;
+# then the quick set under valgrind and ASan + UBSan, as for the GEMM.
+algorithm_sources="$gemm_sources $kernels/depthwise_rows.c $kernels/winograd_tiles.c $root/src/algorithms/algorithms.c \
+    $here/test_algorithms.c"
+$CC -O2 -g -std=c99 -ffp-contract=fast -Wall -Wextra -I"$root/src" $algorithm_sources -o "$out/test_algorithms" -lm
+"$out/test_algorithms"
+if command -v valgrind >/dev/null 2>&1; then
+    echo "valgrind:"
+    valgrind -q --error-exitcode=1 "$out/test_algorithms" quick
+fi
+if $CC -O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=all -I"$root/src" $algorithm_sources \
+    -o "$out/test_algorithms_asan" -lm 2>/dev/null; then
+    echo "AddressSanitizer + UBSan:"
+    "$out/test_algorithms_asan" quick
 else
     echo "sanitizers unavailable: skipped"
 fi

@@ -226,6 +226,21 @@ static void run_sweep(int quick) {
             check_dense_s(72, 64, 64, 0); /* stride1's */
             check_dense_d(72, 32, 64, 0);
         }
+        if (!quick) { /* every edge of the tiles, deterministically: N around the dot panels (1-4, 33-36) and the
+                         16/32-wide panels, M around the row tiles (4, 5, 6, 8, 12 rows), Kc not a multiple of
+                         any vector's lanes */
+            static const size_t edge_n[] = {1, 2, 3, 4, 5, 8, 15, 16, 17, 20, 31, 32, 33, 34, 35, 36, 47, 48, 49};
+            static const size_t edge_m[] = {1, 4, 5, 6, 7, 11, 13}, edge_k[] = {1, 3, 4, 5, 17};
+            size_t a, b2, d, t2;
+            int e = 0;
+            for (a = 0; a < sizeof edge_n / sizeof edge_n[0]; a++)
+                for (b2 = 0; b2 < sizeof edge_m / sizeof edge_m[0]; b2++)
+                    for (d = 0; d < sizeof edge_k / sizeof edge_k[0]; d++)
+                        for (t2 = 1; t2 <= 3; t2 += 2, e++) {
+                            check_s(edge_m[b2], edge_n[a], t2, edge_k[d], e % 3, e % 5 == 0, e % 2);
+                            check_d(edge_m[b2], edge_n[a], t2, edge_k[d], e % 3, e % 5 == 0, e % 2);
+                        }
+        }
         if (!quick) { /* a few large-K and the benchmark-like shapes, scaled down in M */
             check_s(37, 70, 8, 512, 2, 0, 0);
             check_d(37, 70, 8, 512, 1, 1, 0);

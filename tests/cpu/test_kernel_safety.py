@@ -5,6 +5,8 @@ col2im's workspace does not grow with the image."""
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import subprocess
 import sys
@@ -432,6 +434,18 @@ def test_simd_kernels_are_compiled_for_exactly_the_features_dispatch_checks():
         for features in set(re.findall(r"FD_TARGET_FEATURES\((\w+)\)", text)) - {"list"}:
             assert f"FD_CPU_SUPPORTS({features})" in text, (
                 f"{path.name} compiles kernels for {features} but never checks FD_CPU_SUPPORTS({features})")
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("aarch64", "arm64"), reason="AArch64 only")
+def test_aarch64_builds_have_the_neon_path():
+    """An AArch64 build (a Linux aarch64 or macOS arm64 wheel) has its NEON kernels and chooses them: Advanced SIMD
+    is baseline there, so a build without them (src/kernels/gemm_neon.c left out, or compiled to its stubs) would
+    ship the portable GEMM silently. show_config()'s simd_paths reads the same table."""
+    supported = _cpu.build_info()["gemm_isa_supported"]
+    assert supported["neon"], supported
+    assert not supported["avx2"] and not supported["avx512"], supported
+    # the best path is chosen, unless the environment forced another (FASTDECONV_ISA, parsed at import)
+    assert _cpu.get_gemm_isa() == "neon" or _cpu.ISA_ENV in os.environ
 
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="Linux only")
