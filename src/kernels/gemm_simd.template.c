@@ -282,13 +282,13 @@ FD_UNROLL_BY(4)
             }
         } else {   /* some rows lack this tap: row by row (rows and columns unrolled, as everywhere here, so
                       that acc[][] has constant indices and stays in registers in the loop above too) */
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
             for (i = 0; i < MR; i++) {
                 if (a[i] == NULL) continue;
                 for (k = 0; k < Kc; k += FD_LANES) {
                     const int part = (int)(Kc - k);
                     const FD_VEC x = k < full ? FD_VLOADU(a[i] + k) : FD_VLOAD_PART(a[i] + k, part);
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
                     for (n = 0; n < NC; n++) {
                         const FD_REAL *b = bt + (size_t)n * K + t * Kc + k;
                         acc[i][n] = FD_VFMA(x, k < full ? FD_VLOADU(b) : FD_VLOAD_PART(b, part), acc[i][n]);
@@ -297,10 +297,10 @@ FD_UNROLL_BY(4)
             }
         }
     }
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++) {
         if ((size_t)i >= mr) break;
-#pragma GCC unroll 4
+FD_UNROLL_BY(4)
         for (n = 0; n < NC; n++) {
             FD_REAL *c = c_rows[i] + n0 + n;
             *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + FD_VHSUM(acc[i][n]);
