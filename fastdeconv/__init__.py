@@ -8,7 +8,7 @@ oracle in :mod:`fastdeconv.reference`.
 from ._version import __version__
 
 
-def _import_extension():
+def _import_extension() -> None:
     """Import the compiled extension, or say clearly that it was never built here and how to fix it."""
     try:
         from . import _cpu  # noqa: F401

@@ -115,7 +115,7 @@ def from_torch(module: Any, *, algorithm: str | None = None,
     True
     """
     torch = sys.modules.get("torch")
-    nn = getattr(torch, "nn", None)
+    nn: Any = getattr(torch, "nn", None)
     transposed_type = getattr(nn, "ConvTranspose2d", None)
     conv_type = getattr(nn, "Conv2d", None)
     transposed = transposed_type is not None and isinstance(module, transposed_type)
@@ -127,7 +127,7 @@ def from_torch(module: Any, *, algorithm: str | None = None,
     if module.padding_mode != "zeros":
         raise ValueError(f"{name} has padding_mode={module.padding_mode!r}: fastdeconv pads with zeros only "
                          "(padding_mode='zeros')")
-    if torch.nn.parameter.is_lazy(module.weight):
+    if nn.parameter.is_lazy(module.weight):
         raise ValueError(f"{name} is a lazy module whose weight has no shape yet: run it on an input first")
     weight = _numpy(module.weight).transpose(0, 2, 3, 1)
     bias = None if module.bias is None else _numpy(module.bias)
