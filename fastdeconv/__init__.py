@@ -8,7 +8,7 @@ oracle in :mod:`fastdeconv.reference`.
 from ._version import __version__
 
 
-def _import_extension():
+def _import_extension() -> None:
     """Import the compiled extension, or say clearly that it was never built here and how to fix it."""
     try:
         from . import _cpu  # noqa: F401
@@ -34,11 +34,13 @@ del _import_extension
 
 from . import reference  # noqa: E402 - after the extension check, which gives the clear error
 from ._api import conv2d, conv_transpose2d
+from ._bilinear import bilinear_kernel
 from ._backends.registry import backends
 from ._call import LayoutWarning
 from ._config import get_num_threads, set_num_threads, show_config
 from ._layers import Conv2d, ConvTranspose2d
 from ._params import conv2d_output_shape, conv_transpose2d_output_shape
+from ._torch import from_torch
 from ._weight_cache import clear_weight_cache, set_weight_cache_size
 
 __all__ = [
@@ -56,5 +58,7 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "reference",
+    "from_torch",
+    "bilinear_kernel",
     "__version__",
 ]

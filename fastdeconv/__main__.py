@@ -30,6 +30,12 @@ def _positive(kind, what):
             value = None
         if value is None or not (value > 0 and math.isfinite(value)):
             raise argparse.ArgumentTypeError(f"{what} must be {noun} > 0, got {text!r}{hint}")
+        if what == "threads":
+            from ._config import MAX_THREADS
+
+            if value > MAX_THREADS:
+                raise argparse.ArgumentTypeError(f"threads must be at most {MAX_THREADS} (fastdeconv's MAX_THREADS: "
+                                                 f"256, or the CPU count where larger), got {text!r}{hint}")
         return value
     return parse
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._backends import registry
 from ._call import check_no_overlap, is_dask, prepare_conv2d, prepare_conv_transpose2d
-from ._layers import Conv2d, ConvTranspose2d
+from ._layers import Conv2d, ConvTranspose2d, _Layer
+from ._typing import ArrayLike, IntPair, NDArray, Padding
 from ._weight_cache import CACHE
 
 __all__ = ["conv_transpose2d", "conv2d"]
 
 
-def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
+def _cached_layer(kind: type[_Layer], weight: ArrayLike, bias: ArrayLike | None, params: dict[str, Any],
+                  algorithm: str | None, backend: str, out: NDArray | None) -> _Layer | None:
     """The layer that runs this call with weights packed once per content (fastdeconv._weight_cache),
     or None for the uncached path (a backend whose ``cache_layers`` is False, as the reference's: the
     oracle shares no machinery with what it checks)."""
@@ -25,16 +29,19 @@ def _cached_layer(kind, weight, bias, params, algorithm, backend, out):
     return layer
 
 
-def _run_cached(layer, x, **kwargs):
+def _run_cached(layer: _Layer, x: ArrayLike, **kwargs: Any) -> NDArray:
     try:
-        return layer(x, **kwargs)
+        result: NDArray = layer(x, **kwargs)   # type: ignore[operator]  # a ConvTranspose2d or Conv2d
+        return result
     finally:   # a new layer's first call packed its weights: the cache's size is known now
         if CACHE.untrimmed:
             CACHE.trim()
 
 
-def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
-                     output_size=None, backend="auto", algorithm=None, out=None):
+def conv_transpose2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: IntPair = 1,
+                     padding: Padding = 0, *, output_padding: IntPair = 0, dilation: IntPair = 1, groups: int = 1,
+                     output_size: IntPair | None = None, backend: str = "auto", algorithm: str | None = None,
+                     out: NDArray | None = None) -> NDArray:
     """Grouped 2-D transposed convolution ("deconvolution") of NHWC data.
 
     Parameters
@@ -98,9 +105,10 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_paddin
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
-        return dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding=output_padding,
-                                     dilation=dilation, groups=groups, output_size=output_size, backend=backend,
-                                     algorithm=algorithm, out=out)
+        lazy: NDArray = dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding=output_padding,
+                                              dilation=dilation, groups=groups, output_size=output_size,
+                                              backend=backend, algorithm=algorithm, out=out)   # a dask array
+        return lazy
     params = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
     layer = _cached_layer(ConvTranspose2d, weight, bias, params, algorithm, backend, out)
     if layer is not None:
@@ -110,8 +118,9 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_paddin
     return registry.run(call, registry.get(backend), algorithm)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, backend="auto", algorithm=None,
-           out=None):
+def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: IntPair = 1, padding: Padding = 0,
+           *, dilation: IntPair = 1, groups: int = 1, backend: str = "auto", algorithm: str | None = None,
+           out: NDArray | None = None) -> NDArray:
     """Grouped 2-D convolution (cross-correlation) of NHWC data.
 
     ``weight`` has shape (C_out, kH, kW, C_in // groups): MPSCNNConvolution's
@@ -129,8 +138,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, b
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
-        return dask.conv2d(x, weight, bias, stride, padding, dilation=dilation, groups=groups, backend=backend,
-                              algorithm=algorithm, out=out)
+        lazy: NDArray = dask.conv2d(x, weight, bias, stride, padding, dilation=dilation, groups=groups,
+                                    backend=backend, algorithm=algorithm, out=out)   # a dask array
+        return lazy
     layer = _cached_layer(Conv2d, weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
                           algorithm, backend, out)
     if layer is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sysconfig
+from typing import Any
 
 import numpy as np
 
@@ -35,10 +36,10 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """Threads the next call will use: set_num_threads's n or the default. Calls too small to gain from
     threads run on one regardless."""
-    return _cpu.get_num_threads()
+    return int(_cpu.get_num_threads())
 
 
-def _winograd_stores(info: dict) -> str:
+def _winograd_stores(info: dict[str, Any]) -> str:
     """How "winograd" writes its outputs (src/kernels/winograd_tiles.h): only the AVX-512 path streams."""
     least = info["winograd_stream_min_bytes"]
     if info["gemm_isa"] != "avx512" or least is None:
@@ -48,7 +49,7 @@ def _winograd_stores(info: dict) -> str:
     return f"non-temporal for outputs of {least / 2**20:g} MiB or more (AVX-512 path; a third of the last-level cache)"
 
 
-def _simd_paths(info: dict) -> dict:
+def _simd_paths(info: dict[str, Any]) -> dict[str, Any]:
     """Per ISA path (portable, avx2, avx512, ...): "compiled" (the kernel families with code of their own for
     it in this build: gemm, winograd, depthwise; [] when the path is not compiled in, and a family missing
     from a compiled path runs its portable code there) and "supported" (whether this CPU and OS can run
@@ -57,7 +58,7 @@ def _simd_paths(info: dict) -> dict:
             for isa, ok in info["gemm_isa_supported"].items()}
 
 
-def _format_simd_paths(paths: dict) -> str:
+def _format_simd_paths(paths: dict[str, Any]) -> str:
     parts = []
     for isa, path in paths.items():
         kernels = "+".join(path["compiled"]) or "not compiled in"
@@ -65,7 +66,7 @@ def _format_simd_paths(paths: dict) -> str:
     return "; ".join(parts)
 
 
-def config() -> dict:
+def config() -> dict[str, Any]:
     """show_config()'s facts as a dict."""
     info = _cpu.build_info()
     return {

@@ -10,6 +10,7 @@ and :func:`conv2d`.
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,7 +19,8 @@ from ._cache import BoundedCache
 from ._call import check_out, is_dask, prepare
 from ._cpu import empty_result, get_num_threads
 from ._params import (FORWARD_WEIGHT_LAYOUT, TRANSPOSED_WEIGHT_LAYOUT, _explicit_padding, _int_pair, _padding_mode,
-                      is_int, kernel_extent, resolve_conv2d, resolve_conv_transpose2d)
+                      ConvGeometry, is_int, kernel_extent, resolve_conv2d, resolve_conv_transpose2d)
+from ._typing import ArrayLike, IntPair, NDArray, Padding
 
 __all__ = ["ConvTranspose2d", "Conv2d"]
 
@@ -26,7 +28,7 @@ __all__ = ["ConvTranspose2d", "Conv2d"]
 CACHE_SHAPES = 64
 
 
-def _probe_hw(kernel_hw, stride, padding, dilation):
+def _probe_hw(kernel_hw: tuple[int, ...], stride: IntPair, padding: Padding, dilation: IntPair) -> tuple[int, ...]:
     """The smallest input size of a transposed convolution with an output of at least one pixel,
     per axis: (H − 1)·s + kd − pad_begin − pad_end >= 1 (output_padding only adds), so
     H = 1 + max(0, ⌈(pad_begin + pad_end + 1 − kd) / s⌉). "same" and "valid" need H = 1."""
@@ -37,7 +39,8 @@ def _probe_hw(kernel_hw, stride, padding, dilation):
                  for k, s, d, (p0, p1) in zip(kernel_hw, stride, dilation, _explicit_padding(padding)))
 
 
-def _forward_probe_hw(kernel_hw, stride, padding, dilation):
+def _forward_probe_hw(kernel_hw: tuple[int, ...], stride: IntPair, padding: Padding,
+                      dilation: IntPair) -> tuple[int, ...]:
     """The smallest input size of a convolution with an output of at least one pixel, per axis:
     H + pad_begin + pad_end >= kd, so H = max(1, kd − pad_begin − pad_end); "valid" pads nothing,
     "same" needs H = 1."""
@@ -57,8 +60,10 @@ class _Layer:
     _transposed: bool
     _weight_in_axis: int
     _layout: str
+    _probe: Callable[[tuple[int, ...], IntPair, Padding, IntPair], tuple[int, ...]]
+    _resolve_geometry: Callable[..., ConvGeometry]
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Layer:
         # torch.nn's constructors take (in_channels, out_channels, kernel_size, ...) and make weights;
         # said here, before the signature's binding would report "multiple values for argument 'stride'"
         weight = args[0] if args else kwargs.get("weight")
@@ -71,7 +76,8 @@ class _Layer:
                             f"stride=..., padding=...")
         return super().__new__(cls)
 
-    def __init__(self, weight, bias, kwargs, algorithm, backend):
+    def __init__(self, weight: ArrayLike, bias: ArrayLike | None, kwargs: dict[str, Any], algorithm: str | None,
+                 backend: str) -> None:
         self._kwargs = kwargs
         c_in = np.shape(weight)[self._weight_in_axis] if np.ndim(weight) == 4 else 0
         # a convolution's input has groups × the weight's channels (a bad groups is named by resolve)
@@ -96,18 +102,18 @@ class _Layer:
         # no conversion (it has the result dtype, which is also the layer's): straight to the kernels
         self._ready = BoundedCache(CACHE_SHAPES)
         if self._backend is not registry.AutoBackend:
-            registry.require(self._backend)   # RuntimeError with the reason when it cannot run here
+            registry.require(self._backend)  # type: ignore[arg-type]  # not AutoBackend, tested above   # RuntimeError with the reason when it cannot run here
             # validates algorithm= and prepares the weights for the default result dtype now
             layer = self._layer(self._backend, np.result_type(self.weight.dtype, np.float32))
             self.algorithm = getattr(layer, "algorithm", algorithm)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         # Pickles to its weights, bias and parameters, never to packed data: unpickling (in a worker
         # process, say) builds the layer again there, which validates and packs the weights anew.
         return functools.partial(type(self), **self._kwargs, algorithm=self.algorithm, backend=self.backend), \
             (self.weight, self.bias)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Any) -> None:
         # Reached only by a pickle that __reduce__ did not write (one crafted by hand): a layer is
         # rebuilt from its weights and parameters through __init__, which validates them; the state's
         # caches (geometries, bound runs, packed weights) are never trusted.
@@ -118,7 +124,7 @@ class _Layer:
             raise TypeError(f"not the state of a {type(self).__name__}: it needs its weight and _kwargs") from None
         type(self).__init__(self, weight, bias, **kwargs, algorithm=algorithm, backend=backend)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kh, kw = self.weight.shape[1:3]
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
         return (f"{type(self).__name__}(C_in={self.geometry.in_channels}, C_out={self.geometry.out_channels}, "
@@ -129,23 +135,24 @@ class _Layer:
         packed = sum(getattr(layer, "nbytes", 0) for layer in self._layers.values())
         return self.weight.nbytes + (0 if self.bias is None else self.bias.nbytes) + packed
 
-    def _layer(self, backend, result_dtype):
+    def _layer(self, backend: Any, result_dtype: Any) -> Any:
         """The backend's layer for one result dtype (the bias rounded to it first, as
         conv_transpose2d does)."""
-        def make():
+        def make() -> Any:
             bias = None if self.bias is None else self.bias.astype(result_dtype)
             return backend.layer(self.weight, bias, result_dtype, self.geometry, self.algorithm)
 
         return self._layers.get_or_make((backend.name, np.dtype(result_dtype)), make)
 
-    def _resolve(self, x_shape, output_size):
-        def make():
+    def _resolve(self, x_shape: tuple[int, ...], output_size: tuple[int, int] | None) -> ConvGeometry:
+        def make() -> ConvGeometry:
             extra = {} if output_size is None else {"output_size": output_size}
             return self._resolve_geometry(x_shape, self.weight.shape, **extra, **self._kwargs)
 
-        return self._geometries.get_or_make((x_shape, output_size), make)
+        geometry: ConvGeometry = self._geometries.get_or_make((x_shape, output_size), make)
+        return geometry
 
-    def _run(self, x, output_size, out):
+    def _run(self, x: Any, output_size: tuple[int, int] | None, out: NDArray | None) -> NDArray:
         flags = x.flags if type(x) is np.ndarray else None
         # the kernels read and write float* / double*: unaligned x or out= take the general path, which copies
         if (flags is not None and flags.c_contiguous and flags.aligned
@@ -164,7 +171,8 @@ class _Layer:
         if is_dask(x):   # a lazy dask array, computed block by block
             from . import dask
 
-            return dask.apply_layer(self, x, output_size=output_size, out=out)
+            lazy: NDArray = dask.apply_layer(self, x, output_size=output_size, out=out)   # a dask array
+            return lazy
         call = prepare(x, self.weight, self.bias, out, transposed=self._transposed, check_layout=False,
                        resolve=lambda xs, ws: self._resolve(xs, output_size))
         backend = registry.choose(call, self._backend, self.algorithm)
@@ -199,12 +207,13 @@ class ConvTranspose2d(_Layer):
     _probe = staticmethod(_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv_transpose2d)
 
-    def __init__(self, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
-                 algorithm=None, backend="cpu"):
+    def __init__(self, weight: ArrayLike, bias: ArrayLike | None = None, stride: IntPair = 1, padding: Padding = 0, *,
+                 output_padding: IntPair = 0, dilation: IntPair = 1, groups: int = 1, algorithm: str | None = None,
+                 backend: str = "cpu") -> None:
         super().__init__(weight, bias, dict(stride=stride, padding=padding, output_padding=output_padding,
                                             dilation=dilation, groups=groups), algorithm, backend)
 
-    def __call__(self, x, *, output_size=None, out=None):
+    def __call__(self, x: ArrayLike, *, output_size: IntPair | None = None, out: NDArray | None = None) -> NDArray:
         if output_size is not None:
             output_size = _int_pair(output_size, "output_size", 1)
         return self._run(x, output_size, out)
@@ -228,10 +237,10 @@ class Conv2d(_Layer):
     _probe = staticmethod(_forward_probe_hw)
     _resolve_geometry = staticmethod(resolve_conv2d)
 
-    def __init__(self, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, algorithm=None,
-                 backend="cpu"):
+    def __init__(self, weight: ArrayLike, bias: ArrayLike | None = None, stride: IntPair = 1, padding: Padding = 0, *,
+                 dilation: IntPair = 1, groups: int = 1, algorithm: str | None = None, backend: str = "cpu") -> None:
         super().__init__(weight, bias, dict(stride=stride, padding=padding, dilation=dilation, groups=groups),
                          algorithm, backend)
 
-    def __call__(self, x, *, out=None):
+    def __call__(self, x: ArrayLike, *, out: NDArray | None = None) -> NDArray:
         return self._run(x, None, out)

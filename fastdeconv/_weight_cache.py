@@ -30,11 +30,16 @@ bias still have the key's contents once it has copied them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from . import _cpu
 from ._cache import BoundedCache
 from ._params import is_int
+
+if TYPE_CHECKING:
+    from ._layers import _Layer
 
 DEFAULT_BYTES = 256 << 20
 MAX_ENTRIES = 64
@@ -67,7 +72,8 @@ class LayerCache:
         # a layer inserted since the last trim, whose first call may pack (backend="auto" packs lazily)
         self.untrimmed = False
 
-    def layer(self, kind, weight, bias, params: dict, algorithm, backend):
+    def layer(self, kind: type[_Layer], weight: Any, bias: Any, params: dict[str, Any], algorithm: Any,
+              backend: Any) -> _Layer | None:
         """The cached ``kind(weight, bias, **params, algorithm=, backend=)`` layer, built on a miss; None
         when the call cannot be cached (the caller then takes the uncached path, which also raises
         the errors of invalid arguments)."""

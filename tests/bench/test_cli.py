@@ -78,6 +78,7 @@ def test_dash_m_prog_name(tmp_path):
     (["--threads", "-1"], ["--threads", "-1"]),
     (["--threads", "0"], ["--threads", "'0'"]),
     (["--threads", "two"], ["--threads", "two"]),
+    (["--threads", "999"], ["--threads", "at most", "'999'"]),
     (["--seconds", "0"], ["--seconds"]),
     (["--seconds", "nan"], ["--seconds"]),
     (["--repeat", "-1"], ["--repeat"]),
@@ -279,6 +280,45 @@ def test_peak_flags_noise_and_results_over_100_percent():
     assert " 150! " in text and " 50 " in text
     steady = bench._finish_peak(bench.Peak(None, [100.0, 95.0, 99.0]), _rows([50]), "plan_s")
     assert not steady.noisy and steady.note == ""
+
+
+def test_over_peak_note_per_table_and_percent_peak_explained_in_the_footer():
+    peak = bench._finish_peak(bench.Peak(None, [100.0, 100.0]), _rows([50, 150]), "plan_s")
+    fast, slow = bench.format_table(_rows([50, 150]), 2, peak), bench.format_table(_rows([50, 60]), 2, peak)
+    assert "over 100 % of the sgemm peak (c1)" in fast and "over 100 %" not in slow
+    for text in (fast, slow):
+        assert "% peak: GFLOP/s over the sgemm peak above, which is numpy's BLAS float32 matmul measured here" in text
+
+
+def test_over_peak_note_under_each_table_names_only_its_cases(capsys, monkeypatch, steady_peak):
+    monkeypatch.setattr(bench, "sgemm_gflops", lambda threads, seconds=0.5, size=2048: 1e-9)   # all over it
+    assert main(["bench", "--cases", "seed_group,unet_tiny", "--seconds", "0.01", "--no-peers"]) == 0
+    out = capsys.readouterr().out
+    deconv, conv = out.split("convolution: conv2d / Conv2d")
+    assert "over 100 % of the sgemm peak (seed_group)" in deconv and "unet_tiny)" not in deconv
+    assert "over 100 % of the sgemm peak (unet_tiny)" in conv and "seed_group" not in conv
+
+
+def test_progress_goes_to_stderr_and_json_stdout_stays_machine_readable(tmp_path):
+    result = _run(["-m", "fastdeconv", *FAST, "--cases", "unet_tiny", "--no-peers", "--format", "json"], tmp_path,
+                  _stub(tmp_path, _NO_THREADPOOLCTL))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)   # nothing but the JSON on stdout
+    assert [row["case"] for row in data["rows"]] == ["seed_group", "unet_tiny"]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("bench: [")]
+    assert progress == ["bench: [1/2] seed_group", "bench: [2/2] unet_tiny"], result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--threads", "999"], ["--threads", "at most"]),
+    (["--cases", "nope"], ["unknown case 'nope'"]),
+])
+def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, words, tmp_path):
+    result = _run(["-m", "fastdeconv", "bench", *args], tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr
 
 
 def test_peak_missing_is_a_dash_with_a_note():
