@@ -13,14 +13,15 @@ int fd_gemm_portable_available(void) { return 1; }
 
 /* GCC's loop vectoriser would rather vectorise the k loop as a reduction (with
  * strided B gathers), which is several times slower; keep it to straight-line SLP
- * vectorisation across the fully unrolled tile. Other compilers: plain loops. */
+ * vectorisation across the fully unrolled tile. Every loop over the accumulators has
+ * a constant trip count and is unrolled (gemm_portable.template.c says why); MSVC has no
+ * unroll pragma (FD_UNROLL_BY is empty there) and unrolls what it will. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define FD_PORTABLE_TILE_ATTR __attribute__((optimize("no-tree-loop-vectorize")))
-#define FD_PORTABLE_UNROLL _Pragma("GCC unroll 16")
 #else
 #define FD_PORTABLE_TILE_ATTR
-#define FD_PORTABLE_UNROLL
 #endif
+#define FD_PORTABLE_UNROLL FD_UNROLL_BY(32)
 
 /* Portable register tile: PORTABLE_MR rows x PORTABLE_NR columns of plain C
  * arrays, sized so the accumulators fit the 16 SSE2 registers (8 xmm for acc,

@@ -69,14 +69,26 @@ void FD_FN(gemm_pack_b)(size_t K, size_t N, const FD_REAL *b, ptrdiff_t stride_k
 /* One tile: rows [0, mr) of a_rows/c_rows, columns [n, n + nc) of C, whose B
  * columns start at b (row k of the panel at b + k*b_stride). With `skip`, NULL A rows
  * are left out as in gemm_simd.template.c: a tap missing from some rows runs for all
- * and the missing rows' accumulators are put back. */
+ * and the missing rows' accumulators are put back.
+ *
+ * Every compiler must keep the accumulators in vector registers (issue 28: clang 14 kept this tile's f32
+ * accumulators on the stack, 2-2.5x slower than GCC 12 here). So `acc` is only ever indexed by constants:
+ * every loop over it has a constant trip count and is fully unrolled (FD_PORTABLE_UNROLL), its address is
+ * never taken, rows are put back by a select, and the partial-tile store (mr < MR, nc < NR, variable
+ * indices) reads a copy, `out`, after the last k step. The k loop is then MR x NR independent multiply-adds per step on contiguous
+ * B and a broadcast A element, which GCC and clang vectorise straight-line (SLP). tests/c/build.sh checks
+ * the compiled loop (tests/c/fma_loops.py --mul-add). */
 static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                       const FD_REAL *b, size_t b_stride, const FD_REAL *bias, size_t n,
                                       FD_REAL *const *c_rows, int accumulate, int skip) {
-    FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR], saved[FD_PORTABLE_MR][FD_PORTABLE_NR];
+    FD_REAL acc[FD_PORTABLE_MR][FD_PORTABLE_NR], saved[FD_PORTABLE_MR][FD_PORTABLE_NR],
+        out[FD_PORTABLE_MR][FD_PORTABLE_NR];
     size_t i, j, t, k;
-    for (i = 0; i < FD_PORTABLE_MR; i++)
-        for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] = (FD_REAL)0;
+    FD_PORTABLE_UNROLL
+    for (i = 0; i < FD_PORTABLE_MR; i++) {
+        FD_PORTABLE_UNROLL
+        for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] = saved[i][j] = (FD_REAL)0; /* saved: for -Wuninitialized */
+    }
 
     for (t = 0; t < T; t++) {
         /* Rows past mr repeat the last valid row (results discarded), so the
@@ -94,25 +106,48 @@ static FD_PORTABLE_TILE_ATTR void FD_FN(gemm_portable_tile)(size_t mr, size_t nc
             if (present == NULL) continue;
             for (i = 0; i < FD_PORTABLE_MR; i++)
                 if (a[i] == NULL) a[i] = present;
-            if (missing) memcpy(saved, acc, sizeof acc);
+            if (missing) {
+                FD_PORTABLE_UNROLL
+                for (i = 0; i < FD_PORTABLE_MR; i++) {
+                    FD_PORTABLE_UNROLL
+                    for (j = 0; j < FD_PORTABLE_NR; j++) saved[i][j] = acc[i][j];
+                }
+            }
         }
         for (k = 0; k < Kc; k++, bk += b_stride) {
             FD_PORTABLE_UNROLL
             for (i = 0; i < FD_PORTABLE_MR; i++) {
                 const FD_REAL ai = a[i][k];
                 FD_PORTABLE_UNROLL
-                for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] += ai * bk[j];
+                for (j = 0; j < FD_PORTABLE_NR; j++) {
+                    /* two statements: under clang's default -ffp-contract=on, one would be an
+                     * llvm.fmuladd, which clang 14 left scalar (fmadd s-registers on AArch64) or
+                     * vectorised with spills (x86); -ffp-contract=fast (setup.py) fuses them anyway */
+                    const FD_REAL product = ai * bk[j];
+                    acc[i][j] += product;
+                }
             }
         }
-        for (i = 0; i < FD_PORTABLE_MR; i++)
-            if (missing >> i & 1u) memcpy(acc[i], saved[i], sizeof acc[i]);
+        if (missing) {
+            FD_PORTABLE_UNROLL
+            for (i = 0; i < FD_PORTABLE_MR; i++) {
+                const int put_back = (int)(missing >> i & 1u);
+                FD_PORTABLE_UNROLL
+                for (j = 0; j < FD_PORTABLE_NR; j++) acc[i][j] = put_back ? saved[i][j] : acc[i][j];
+            }
+        }
     }
 
+    FD_PORTABLE_UNROLL
+    for (i = 0; i < FD_PORTABLE_MR; i++) {
+        FD_PORTABLE_UNROLL
+        for (j = 0; j < FD_PORTABLE_NR; j++) out[i][j] = acc[i][j];
+    }
     for (i = 0; i < mr; i++) {
         FD_REAL *FD_RESTRICT c = c_rows[i] + n;
         for (j = 0; j < nc; j++) {
             const FD_REAL init = accumulate ? c[j] : (bias ? bias[n + j] : (FD_REAL)0);
-            c[j] = init + acc[i][j];
+            c[j] = init + out[i][j];
         }
     }
 }

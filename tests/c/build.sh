@@ -16,8 +16,29 @@ sources="$gemm_sources $here/test_gemm.c"
 
 if [ "${1:-}" = bench ]; then
     shift
-    $CC -O3 -std=c99 -Wall -Wextra -I"$root/src" $sources -o "$out/bench_gemm" -lm
+    $CC -O3 -std=c99 -ffp-contract=fast -Wall -Wextra -I"$root/src" $sources -o "$out/bench_gemm" -lm
     exec "$out/bench_gemm" bench "$@"
+fi
+
+# The portable GEMM's inner loop as this compiler builds it with the package's flags (setup.py: -O3 -fwrapv
+# -ffp-contract=fast): vectorised, no accumulator on the stack, and at most a stated number of instructions per
+# vector multiply-add (tests/c/fma_loops.py --mul-add). Issue 28: clang 14 kept the 4x8 f32 tile's accumulators
+# on the stack (x86: 6.5 instructions per step, 15 stack accesses; AArch64: 4.25, 8), 2-2.5x slower than GCC.
+# Bounds: x86-64 SSE2 (MULPS + ADDPS, B loads, 4 broadcasts, register copies for two-operand SSE) 4.12 with
+# GCC 12 and clang 14, bound 4.5; AArch64 (FMLA, LDP of B, 4 LD1R) 2.00-2.12, bound 2.5.
+case $($CC -dumpmachine 2>/dev/null) in
+    x86_64*) portable_bound=4.5 ;;
+    aarch64*) portable_bound=2.5 ;;
+    *) portable_bound= ;;
+esac
+if [ -n "$portable_bound" ] && command -v python3 >/dev/null 2>&1 && command -v "${OBJDUMP:-objdump}" >/dev/null 2>&1; then
+    echo "portable GEMM inner loop ($CC, at most $portable_bound instructions per vector multiply-add, no stack):"
+    $CC -O3 -fwrapv -fPIC -std=c99 -ffp-contract=fast -Wall -Wextra -Werror -I"$root/src" \
+        -c "$kernels/gemm_portable.c" -o "$out/gemm_portable_O3.o"
+    python3 "$here/fma_loops.py" "${OBJDUMP:-objdump}" "$out/gemm_portable_O3.o" \
+        --functions 'portable_tile|indirect_portable' --mul-add --max-stack 0 --max-per-fma "$portable_bound"
+else
+    echo "portable GEMM inner loop check: no bound for $($CC -dumpmachine 2>/dev/null), or no python3/objdump: skipped"
 fi
 
 $CC -O2 -g -std=c99 -Wall -Wextra -I"$root/src" $sources -o "$out/test_gemm" -lm

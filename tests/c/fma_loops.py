@@ -4,7 +4,11 @@ its instructions, FMAs, loads and stack accesses (spills), and the steady-state 
 (the loop's instructions less its prefetches and alignment nops, which sit behind a branch taken once per
 cache line of A). An estimate of a kernel's throughput, not a measurement.
 
-    tests/c/fma_loops.py OBJDUMP OBJECT [--functions REGEX] [--max-stack N] [--max-per-fma X]
+    tests/c/fma_loops.py OBJDUMP OBJECT [--functions REGEX] [--max-stack N] [--max-per-fma X] [--mul-add]
+
+With --mul-add a vector multiply counts as a multiply-add step too (x86 below AVX2 has no FMA: the portable
+GEMM's SSE2 loop is MULPS/MULPD + ADDPS/ADDPD), so the count is instructions per vector multiply-add. Scalar
+multiplies never count: a loop the compiler did not vectorise has no FMAs here and so matches nothing.
 
 Exit status 1 when a loop of a function matching REGEX has more than N stack accesses or more than X
 steady-state instructions per FMA (the regressions a compiler change or a tile change could bring), or
@@ -16,6 +20,7 @@ import subprocess
 import sys
 
 FMA = re.compile(r"^(fmla|fmadd|vfmadd\w*)$")
+MUL_ADD = re.compile(r"^(fmla|vfmadd\w*p[sd]|v?mulp[sd])$")
 BRANCH = re.compile(r"^(b\.\w+|b|cbz|cbnz|tbz|tbnz|j\w+)$")
 
 
@@ -53,16 +58,18 @@ def main():
     parser.add_argument("--functions", default=".")
     parser.add_argument("--max-stack", type=int, default=None)
     parser.add_argument("--max-per-fma", type=float, default=None)
+    parser.add_argument("--mul-add", action="store_true")
     args = parser.parse_args()
     pattern = re.compile(args.functions)
     bad = matched = 0
     for function, body in loops(args.objdump, args.object):
-        fmas = sum(1 for _, _, op, _ in body if FMA.match(op))
+        fmas = sum(1 for _, _, op, _ in body if (MUL_ADD if args.mul_add else FMA).match(op))
         if fmas < 8 or not pattern.search(function):
             continue
         matched += 1
         loads = sum(1 for _, _, op, a in body if op.startswith("ld") and "sp" not in a)
-        stack = sum(1 for _, _, op, a in body if re.search(r"\[sp\b|\(%rsp\)", a))
+        # sp-relative, or below AArch64's frame pointer (clang's frame locals: [x29, #-160])
+        stack = sum(1 for _, _, op, a in body if re.search(r"\[sp\b|\[x29, #-|\(%rsp\)", a))
         steady = sum(1 for _, _, op, _ in body if not op.startswith(("prfm", "prefetch", "nop")))
         per_fma = steady / fmas
         flag = ""
