@@ -35,6 +35,7 @@ C_SOURCES = [
     "src/kernels/gemm_neon.c",
     "src/kernels/depthwise_rows.c",
     "src/kernels/winograd_tiles.c",
+    "src/kernels/planar_rows.c",
     "src/algorithms/algorithms.c",
     "src/runtime/fingerprint.c",
     "src/runtime/cpu_features.c",

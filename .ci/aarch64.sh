@@ -71,7 +71,7 @@ qemu-aarch64 "$out/test_gemm" | tee "$out/test_gemm.log"
 grep -q "^  neon     ok" "$out/test_gemm.log" || { echo "aarch64: the neon GEMM path did not run" >&2; exit 1; }
 
 echo "-- algorithm harness under qemu-aarch64 (every algorithm, conv and transposed, f32 and f64, portable and neon)"
-$CC $cflags -static $gemm "$kernels/depthwise_rows.c" "$kernels/winograd_tiles.c" src/algorithms/algorithms.c \
+$CC $cflags -static $gemm "$kernels/depthwise_rows.c" "$kernels/winograd_tiles.c" "$kernels/planar_rows.c" src/algorithms/algorithms.c \
     tests/c/test_algorithms.c -o "$out/test_algorithms" -lm
 qemu-aarch64 "$out/test_algorithms" | tee "$out/test_algorithms.log"
 grep -q "^  neon .* ok$" "$out/test_algorithms.log" || { echo "aarch64: the algorithms did not run on neon" >&2; exit 1; }

@@ -73,6 +73,9 @@ cdef extern from "kernels/winograd_tiles.h" nogil:
 cdef extern from "kernels/depthwise_rows.h" nogil:
     int fd_depthwise_isa_compiled(int isa)
 
+cdef extern from "kernels/planar_rows.h" nogil:
+    int fd_planar_isa_compiled(int isa)
+
 cdef extern from "algorithms/algorithm.h" nogil:
     enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
     ctypedef struct fd_task:
@@ -250,7 +253,8 @@ def build_info():
     # family on a path that is not compiled in; the Winograd transforms and depthwise rows on MSVC).
     compiled = {name: [family for family, has in (("gemm", fd_gemm_isa_compiled(i)),
                                                  ("winograd", fd_winograd_isa_compiled(i)),
-                                                 ("depthwise", fd_depthwise_isa_compiled(i))) if has]
+                                                 ("depthwise", fd_depthwise_isa_compiled(i)),
+                                                 ("planar", fd_planar_isa_compiled(i))) if has]
                 for i, name in enumerate(names)}
     return {
         "thread_pool": fd_pool_backend().decode(),

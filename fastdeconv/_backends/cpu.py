@@ -55,8 +55,15 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
-    * few outputs per group (C_out/groups < 8) with a wider kernel, or a kernel equal to the stride
-      (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
+    * few channels per group on both sides (C_in/groups · C_out/groups <= 64, or <= 128 with a kernel
+      equal to the stride): "planar", a direct kernel vectorised over runs of output pixels (the
+      input rows transposed to channels by columns): one broadcast weight times a vector of pixels
+      per tap and channel. The phase GEMM's N = C_out/groups would fill a fraction of a SIMD
+      register, and col2im's column buffer and scatter-add are kH·kW times the output. With more
+      channels its reads of the transposed rows (per output channel, from L2) cost more than col2im's
+      GEMM, which then is efficient enough.
+    * other few outputs per group (C_out/groups < 8) with a wider kernel, or a kernel equal to the
+      stride (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
@@ -83,8 +90,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
             choice = "im2col"
         return choice if supports(choice, geometry) else "im2col"
     kh, kw = geometry.kernel_hw
+    channels = geometry.in_per_group * geometry.out_per_group
     if geometry.in_per_group == 1:
         choice = "depthwise"
+    elif geometry.out_per_group < 8 and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]:
+        choice = "planar"
     elif geometry.out_per_group < 8 and (kh * kw * geometry.out_per_group >= 16 or (kh, kw) == geometry.stride):
         choice = "col2im"
     elif _winograd_pays(geometry):
@@ -93,6 +103,10 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
         choice = "phase"
     return choice if supports(choice, geometry) else "col2im"
 
+
+# "planar" up to this C_in/groups · C_out/groups: [kernel wider than the stride, kernel equal to it]
+# (the field suite's heads and super-resolution tails, asv_benches/NOTES.md).
+_PLANAR_MAX_CHANNELS = (64, 128)
 
 # "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
@@ -212,6 +226,11 @@ def merge_group_weights(weight: np.ndarray, geometry: ConvGeometry, merge: int) 
     return merged.reshape(rows, kh, kw, merge * cols)
 
 
+# Algorithms that vectorise over output pixels, not channels: their groups stay unmerged, and their tasks
+# split the columns of a 1-D input (H = 1) themselves, so it keeps its orientation.
+_OWN_GROUPS = _OWN_COLUMNS = frozenset({"planar"})
+
+
 def _merged(geometry: ConvGeometry, merge: int) -> ConvGeometry:
     return geometry if merge == 1 else dataclasses.replace(geometry, groups=geometry.groups // merge)
 
@@ -232,7 +251,10 @@ class PackedLayer:
 
     def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None,
                  merge_groups: bool = True):
-        self._merge = group_merge(geometry) if merge_groups else 1
+        # "planar" runs each group's few outputs at full vector width itself: merged, it would only
+        # multiply the zeros between them
+        unmerged_choice = resolve_algorithm(algorithm, geometry)
+        self._merge = group_merge(geometry) if merge_groups and unmerged_choice not in _OWN_GROUPS else 1
         self._unmerged_arguments = (weight, bias, dtype, geometry, algorithm) if self._merge > 1 else None
         self._unmerged = None
         if self._merge > 1:
@@ -254,7 +276,10 @@ class PackedLayer:
         self._runners = BoundedCache(CACHE_SHAPES)   # (geometry, threads) -> _cpu.Runner
 
     def _exchanged(self, geometry: ConvGeometry) -> ConvGeometry | None:
-        """rows_for_columns(geometry) where this layer's algorithm can run it, else None."""
+        """rows_for_columns(geometry) where this layer's algorithm can run it and does not thread its
+        columns itself, else None."""
+        if self.algorithm in _OWN_COLUMNS:
+            return None
         exchanged = rows_for_columns(geometry)
         return exchanged if exchanged is not None and supports(self.algorithm, exchanged) else None
 

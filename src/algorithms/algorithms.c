@@ -17,6 +17,9 @@
 #define FD_TEMPLATE "algorithms/deconv_depthwise.template.c"
 #include "instantiate_algorithm.h"
 
+#define FD_TEMPLATE "algorithms/deconv_planar.template.c"
+#include "instantiate_algorithm.h"
+
 #define FD_TEMPLATE "algorithms/conv_im2col.template.c"
 #include "instantiate_algorithm.h"
 
@@ -32,6 +35,7 @@ const fd_algorithm *const fd_algorithms[] = {
     &fd_algorithm_phase,     /* one dense GEMM per stride phase, every output written once */
     &fd_algorithm_winograd,  /* phase decomposition, each phase by Winograd tiles: fewer multiplies */
     &fd_algorithm_depthwise, /* direct kernel over channels, one input channel per group */
+    &fd_algorithm_planar,    /* direct kernel over runs of output pixels: few outputs per group */
     &fd_algorithm_im2col,    /* convolution: indirect GEMM over an im2col indirection buffer */
     &fd_algorithm_conv_depthwise, /* convolution, listed as "depthwise": direct kernel, C_in/groups = 1 */
     &fd_algorithm_conv_winograd,  /* convolution, listed as "winograd": stride phases as channels, Winograd tiles */

@@ -244,7 +244,7 @@ def test_show_config_has_the_simd_paths_of_this_platform():
         assert isa in paths, f"no {isa} path in this build: {paths}"
         missing = [family for family in families if family not in paths[isa]["compiled"]]
         assert not missing, f"the {isa} path has no {missing} kernels compiled in: {paths}"
-    assert paths["portable"] == {"compiled": ["gemm", "winograd", "depthwise"], "supported": True}
+    assert paths["portable"] == {"compiled": ["gemm", "winograd", "depthwise", "planar"], "supported": True}
     for path in paths.values():   # a supported path is a compiled one
         assert path["compiled"] or not path["supported"]
 

@@ -61,7 +61,7 @@ fi
 
 # Every algorithm of src/algorithms on every supported ISA, float32 and float64, against a naive reference;
 # then the quick set under valgrind and ASan + UBSan, as for the GEMM.
-algorithm_sources="$gemm_sources $kernels/depthwise_rows.c $kernels/winograd_tiles.c $root/src/algorithms/algorithms.c \
+algorithm_sources="$gemm_sources $kernels/depthwise_rows.c $kernels/winograd_tiles.c $kernels/planar_rows.c $root/src/algorithms/algorithms.c \
     $here/test_algorithms.c"
 $CC -O2 -g -std=c99 -ffp-contract=fast -Wall -Wextra -I"$root/src" $algorithm_sources -o "$out/test_algorithms" -lm
 "$out/test_algorithms"

@@ -59,7 +59,8 @@ def _layer_and_reference(transposed, dtype, rng):
     if transposed:
         w = rng.standard_normal((32, 4, 4, 4)).astype(dtype)
         kwargs = dict(stride=2, padding=1, groups=8)
-        return fastdeconv.ConvTranspose2d(w, None, **kwargs), w, kwargs, reference_conv_transpose2d
+        # phase: with these few channels per group the automatic choice would be "planar", which never merges
+        return fastdeconv.ConvTranspose2d(w, None, **kwargs, algorithm="phase"), w, kwargs, reference_conv_transpose2d
     w = rng.standard_normal((32, 3, 3, 4)).astype(dtype)
     kwargs = dict(padding=1, groups=8)
     return fastdeconv.Conv2d(w, None, **kwargs), w, kwargs, reference_conv2d
@@ -118,3 +119,17 @@ def test_all_finite(dtype):
         _cpu.all_finite(np.zeros((4, 4), dtype)[:, ::2])
     with pytest.raises(ValueError, match="C-contiguous float32 or float64"):
         _cpu.all_finite(np.zeros(4, np.int32))
+
+
+def test_planar_keeps_its_groups():
+    """A transposed layer of few channels per group chooses "planar", which runs its groups as they are
+    (merged, it would multiply the zeros between them), and matches the reference."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((32, 4, 4, 4)).astype(np.float32)
+    x = rng.standard_normal((2, 7, 6, 32)).astype(np.float32)
+    layer = fastdeconv.ConvTranspose2d(w, None, stride=2, padding=1, groups=8)
+    got = layer(x)
+    (backend_layer,) = layer._layers.values()
+    assert layer.algorithm == "planar" and backend_layer._merge == 1
+    want = reference_conv_transpose2d(x.astype(np.float64), w.astype(np.float64), None, stride=2, padding=1, groups=8)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -1,0 +1,110 @@
+/* The planar microkernel (planar_rows.h, planar_rows.template.c), float and double, compiled once per
+ * ISA (portable, AVX2, AVX-512 through function target attributes, never -march) and dispatched at run
+ * time by the GEMM's ISA choice (fd_gemm_get_isa), as the depthwise kernels are. The template is plain C
+ * on GCC's vector extensions (GCC, clang): each clone's vectors are its ISA's registers, 16 bytes on the
+ * portable one (SSE2 on x86-64, NEON on AArch64). MSVC, which has no vector extensions, builds the
+ * portable clone on scalars. */
+#include <string.h>
+
+#include "runtime/conv_geometry.h"
+#include "runtime/templating.h"
+#include "gemm_internal.h"
+#include "planar_rows.h"
+
+#define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
+#define FD_TEMPLATE "kernels/planar_rows.template.c"
+
+#define FD_TARGET
+#define FD_ISA portable
+#define FD_PLANAR_VECTOR_BYTES 16
+#include "runtime/instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_PLANAR_VECTOR_BYTES
+
+#if FD_X86_TARGET_ATTRIBUTES
+#define FD_PLANAR_X86_CLONES 1
+#include <immintrin.h>
+
+/* dst[m * dst_stride + k] = src[k * src_stride + m] for k, m < 8: an 8x8 float transpose (AVX). */
+static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES) void planar_transpose8_avx2(
+    const float *src, ptrdiff_t src_stride, float *dst, ptrdiff_t dst_stride)
+{
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + src_stride);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * src_stride), r3 = _mm256_loadu_ps(src + 3 * src_stride);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * src_stride), r5 = _mm256_loadu_ps(src + 5 * src_stride);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * src_stride), r7 = _mm256_loadu_ps(src + 7 * src_stride);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + dst_stride, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * dst_stride, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * dst_stride, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * dst_stride, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * dst_stride, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#define FD_PLANAR_TRANSPOSE8 planar_transpose8_avx2
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
+#define FD_ISA avx2
+#define FD_PLANAR_VECTOR_BYTES 32
+#include "runtime/instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_PLANAR_VECTOR_BYTES
+
+#define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
+#define FD_ISA avx512
+#define FD_PLANAR_VECTOR_BYTES 64
+#include "runtime/instantiate_types.h"
+#undef FD_TARGET
+#undef FD_ISA
+#undef FD_PLANAR_VECTOR_BYTES
+#undef FD_PLANAR_TRANSPOSE8
+#else
+#define FD_PLANAR_X86_CLONES 0
+#endif
+
+int fd_planar_isa_compiled(int isa) {
+    return isa == FD_ISA_PORTABLE || (FD_PLANAR_X86_CLONES && (isa == FD_ISA_AVX2 || isa == FD_ISA_AVX512));
+}
+
+#if FD_PLANAR_X86_CLONES
+#define PLANAR_X86_CASES(prefix)                                                                            \
+    case FD_ISA_AVX512:                                                                                      \
+        if (FD_CPU_SUPPORTS(FD_AVX512_FEATURES))                                                             \
+            return fd_##prefix##planar_rows_avx512(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end, \
+                                                   col_begin, col_end, ring);                               \
+        /* fall through */                                                                                   \
+    case FD_ISA_AVX2:                                                                                        \
+        if (FD_CPU_SUPPORTS(FD_AVX2_FEATURES))                                                               \
+            return fd_##prefix##planar_rows_avx2(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end,   \
+                                                 col_begin, col_end, ring);                                 \
+        break;
+#else
+#define PLANAR_X86_CASES(prefix)
+#endif
+
+#define FD_PLANAR_DISPATCH(prefix, real)                                                                       \
+    int fd_##prefix##planar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,     \
+                                 const real *x, const real *wp, const real *bias, real *y, ptrdiff_t row_begin, \
+                                 ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, void *ring)        \
+    {                                                                                                          \
+        switch (FD_PLANAR_X86_CLONES ? fd_gemm_get_isa() : FD_ISA_PORTABLE) {                                  \
+        PLANAR_X86_CASES(prefix)                                                                               \
+        default:                                                                                               \
+            break;                                                                                             \
+        }                                                                                                      \
+        return fd_##prefix##planar_rows_portable(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end,     \
+                                                 col_begin, col_end, ring);                                   \
+    }
+
+FD_PLANAR_DISPATCH(s, float)
+FD_PLANAR_DISPATCH(d, double)

@@ -1,0 +1,247 @@
+/* Transposed convolution with few outputs per group, vectorised over output pixels (included by
+ * planar_rows.c per type and ISA, with FD_TARGET, FD_ISA and FD_PLANAR_VECTOR_BYTES defined).
+ *
+ * Per output row oy and column phase r (output columns ox = r + sW*j), with the stride-phase tap tables:
+ *   y[n, oy, r + sW*j, o] = bias[o] + sum_{ky, kx, i} x[n, iy, j + off(r, kx), g*Cig + i] * wp[o, ky, kx, i]
+ *   iy = (oy + pad_top - ky*dH) / sH,  off(r, kx) = (r + pad_left - kx*dW) / sW   (exact), g = o / Cog
+ * so along j every tap reads consecutive input pixels. With the input rows transposed to (C_in, columns)
+ * in the ring, one tap and channel is a broadcast weight times a run of consecutive values: a block of
+ * 8 accumulator vectors of pixels, with no horizontal sum and no scatter-add, whatever C_out. A GEMM
+ * would have N = C_out/groups, a fraction of a register.
+ */
+#ifndef FD_REAL
+#error "FD_REAL must be defined"
+#endif
+
+#if defined(__GNUC__)
+typedef FD_REAL FD_ISA_FN(planar_vec) __attribute__((vector_size(FD_PLANAR_VECTOR_BYTES)));
+#define PLANAR_LANES ((ptrdiff_t)(FD_PLANAR_VECTOR_BYTES / sizeof(FD_REAL)))
+#else
+typedef FD_REAL FD_ISA_FN(planar_vec);
+#define PLANAR_LANES ((ptrdiff_t)1)
+#endif
+#define PLANAR_VEC FD_ISA_FN(planar_vec)
+#define PLANAR_VECTORS 8
+
+/* nv (1..8, a constant where it is inlined) vectors of pixels: bias plus every tap's channels. */
+FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block)(ptrdiff_t nv, FD_REAL *FD_RESTRICT out, FD_REAL b,
+                                                              const FD_REAL *const *tap_x,
+                                                              const FD_REAL *const *tap_w, ptrdiff_t taps,
+                                                              ptrdiff_t Cig, ptrdiff_t width, ptrdiff_t shift)
+{
+    PLANAR_VEC acc[PLANAR_VECTORS];
+    for (ptrdiff_t v = 0; v < nv; v++) acc[v] = (PLANAR_VEC){0} + b;
+    for (ptrdiff_t t = 0; t < taps; t++) {
+        const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
+        const FD_REAL *FD_RESTRICT w = tap_w[t];
+        for (ptrdiff_t i = 0; i < Cig; i++) {
+            const FD_REAL wi = w[i];
+            const FD_REAL *FD_RESTRICT xc = xr + i * width;
+            for (ptrdiff_t v = 0; v < nv; v++) {
+                PLANAR_VEC xv;
+                memcpy(&xv, xc + v * PLANAR_LANES, sizeof xv);
+                acc[v] += xv * wi;
+            }
+        }
+    }
+    memcpy(out, acc, (size_t)nv * sizeof(PLANAR_VEC));
+}
+
+/* The same for nv of 1..4 vectors, on two sets of accumulators (even and odd channels), so that a short
+ * run still has enough independent multiply-adds in flight to hide their latency. */
+FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_pairs)(ptrdiff_t nv, FD_REAL *FD_RESTRICT out,
+                                                                    FD_REAL b, const FD_REAL *const *tap_x,
+                                                                    const FD_REAL *const *tap_w, ptrdiff_t taps,
+                                                                    ptrdiff_t Cig, ptrdiff_t width, ptrdiff_t shift)
+{
+    PLANAR_VEC acc[PLANAR_VECTORS / 2], odd[PLANAR_VECTORS / 2];
+    for (ptrdiff_t v = 0; v < nv; v++) {
+        acc[v] = (PLANAR_VEC){0} + b;
+        odd[v] = (PLANAR_VEC){0};
+    }
+    for (ptrdiff_t t = 0; t < taps; t++) {
+        const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
+        const FD_REAL *FD_RESTRICT w = tap_w[t];
+        ptrdiff_t i = 0;
+        for (; i + 2 <= Cig; i += 2) {
+            const FD_REAL w0 = w[i], w1 = w[i + 1];
+            const FD_REAL *FD_RESTRICT x0 = xr + i * width, *FD_RESTRICT x1 = x0 + width;
+            for (ptrdiff_t v = 0; v < nv; v++) {
+                PLANAR_VEC a, c;
+                memcpy(&a, x0 + v * PLANAR_LANES, sizeof a);
+                memcpy(&c, x1 + v * PLANAR_LANES, sizeof c);
+                acc[v] += a * w0;
+                odd[v] += c * w1;
+            }
+        }
+        if (i < Cig) {
+            const FD_REAL *FD_RESTRICT x0 = xr + i * width;
+            for (ptrdiff_t v = 0; v < nv; v++) {
+                PLANAR_VEC a;
+                memcpy(&a, x0 + v * PLANAR_LANES, sizeof a);
+                acc[v] += a * w[i];
+            }
+        }
+    }
+    for (ptrdiff_t v = 0; v < nv; v++) acc[v] += odd[v];
+    memcpy(out, acc, (size_t)nv * sizeof(PLANAR_VEC));
+}
+
+/* Input row iy of image n, columns [ix_lo, ix_lo + width), transposed into a ring row (C_in, width);
+ * columns outside the image are zero. */
+FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_REAL *FD_RESTRICT x_row,
+                                             ptrdiff_t W, ptrdiff_t Cin, ptrdiff_t ix_lo, ptrdiff_t width)
+{
+    /* [c_begin, c_end) inside the image, clamped to the row (an input far from the tile reads no column) */
+    const ptrdiff_t c_begin = ix_lo >= 0 ? 0 : (-ix_lo < width ? -ix_lo : width);
+    ptrdiff_t c_end = ix_lo >= W ? 0 : (W - ix_lo < width ? W - ix_lo : width);
+    if (c_end < c_begin) c_end = c_begin;
+    for (ptrdiff_t i = 0; i < Cin; i++) {
+        FD_REAL *FD_RESTRICT d = dst + i * width;
+        for (ptrdiff_t c = 0; c < c_begin; c++) d[c] = 0;
+        for (ptrdiff_t c = c_end; c < width; c++) d[c] = 0;
+    }
+    ptrdiff_t c = c_begin;
+#if defined(FD_PLANAR_TRANSPOSE8)
+    /* float: 8 columns by 8 channels at a time, transposed in registers */
+    if (sizeof(FD_REAL) == sizeof(float) && Cin >= 8) {
+        for (; c + 8 <= c_end; c += 8) {
+            const float *FD_RESTRICT s = (const float *)(x_row + (ix_lo + c) * Cin);
+            ptrdiff_t i = 0;
+            for (; i + 8 <= Cin; i += 8) FD_PLANAR_TRANSPOSE8(s + i, Cin, (float *)dst + i * width + c, width);
+            for (; i < Cin; i++)
+                for (ptrdiff_t k = 0; k < 8; k++) dst[i * width + c + k] = (FD_REAL)s[k * Cin + i];
+        }
+    }
+#endif
+    for (; c < c_end; c++) {
+        const FD_REAL *FD_RESTRICT s = x_row + (ix_lo + c) * Cin;
+        for (ptrdiff_t i = 0; i < Cin; i++) dst[i * width + c] = s[i];
+    }
+}
+
+#define PLANAR_BLOCK_CASE(nvc) \
+    case nvc: FD_ISA_FN(planar_block)(nvc, tmp, b, tap_x, tap_w, taps, Cig, width, j - j_lo); break;
+#define PLANAR_PAIRS_CASE(nvc) \
+    case nvc: FD_ISA_FN(planar_block_pairs)(nvc, tmp, b, tap_x, tap_w, taps, Cig, width, j - j_lo); break;
+
+FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
+                                     const FD_REAL *FD_RESTRICT x, const FD_REAL *FD_RESTRICT wp,
+                                     const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin,
+                                     ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, void *ring)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Cig = Cin / geo->groups;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, C = geo->out_channels, Cog = C / geo->groups;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
+    const ptrdiff_t pt = geo->pad_top, pl = geo->pad_left;
+    if (row_begin < 0 || row_end > geo->batch * Ho || col_begin < 0 || col_end > Wo || col_begin % sW != 0 ||
+        kH * kW > FD_PLANAR_MAX_TAPS)
+        return FD_ERR_ARGUMENT;
+    if (row_begin >= row_end || col_begin >= col_end) return FD_OK;
+
+    const ptrdiff_t R = fd_planar_ring_rows(geo), width = fd_planar_ring_width(geo, col_end - col_begin);
+    ptrdiff_t *tags = (ptrdiff_t *)ring;
+    FD_REAL *data = (FD_REAL *)((char *)ring + fd_planar_tags_bytes(geo));
+    for (ptrdiff_t s = 0; s < R; s++) tags[s] = -1;
+
+    /* the ring rows start at input column ix_lo: the smallest any tap of the tile reads */
+    const ptrdiff_t j_lo = col_begin / sW;
+    ptrdiff_t min_off = 0, any = 0;
+    for (ptrdiff_t r = 0; r < sW; r++) {
+        const ptrdiff_t *kx_list = taps_x + r * (1 + kW);
+        for (ptrdiff_t t = 1; t <= kx_list[0]; t++) {
+            const ptrdiff_t off = (r + pl - kx_list[t] * dW) / sW;
+            if (!any || off < min_off) min_off = off;
+            any = 1;
+        }
+    }
+    const ptrdiff_t ix_lo = j_lo + min_off;
+
+    const FD_REAL *row_data[FD_MAX_PHASE_TAPS];
+    ptrdiff_t row_ky[FD_MAX_PHASE_TAPS];
+    const FD_REAL *tap_x[FD_PLANAR_MAX_TAPS];
+    const FD_REAL *tap_w[FD_PLANAR_MAX_TAPS];
+    ptrdiff_t tap_off[FD_PLANAR_MAX_TAPS];
+    FD_REAL tmp[PLANAR_VECTORS * PLANAR_LANES];
+
+    for (ptrdiff_t q = row_begin; q < row_end; q++) {   /* q = n*Ho + oy */
+        const ptrdiff_t n = q / Ho, oy = q % Ho, ry = oy % sH, jy = oy / sH;
+        const ptrdiff_t *ky_list = taps_y + ry * (1 + kH);
+        ptrdiff_t rows = 0;
+        for (ptrdiff_t t = 1; t <= ky_list[0]; t++) {
+            const ptrdiff_t ky = ky_list[t], iy = jy + (ry + pt - ky * dH) / sH;   /* exact division */
+            if (iy < 0 || iy >= H) continue;
+            const ptrdiff_t slot = iy % R;
+            FD_REAL *slot_data = data + slot * Cin * width;
+            if (tags[slot] != n * H + iy) {
+                FD_ISA_FN(planar_fill)(slot_data, x + (n * H + iy) * W * Cin, W, Cin, ix_lo, width);
+                tags[slot] = n * H + iy;
+            }
+            row_data[rows] = slot_data;
+            row_ky[rows++] = ky;
+        }
+        FD_REAL *FD_RESTRICT y_row = y + q * Wo * C;
+        for (ptrdiff_t o = 0; o < C; o++) {
+            const ptrdiff_t g = o / Cog;
+            const FD_REAL b = bias ? bias[o] : (FD_REAL)0;
+            for (ptrdiff_t r = 0; r < sW && r < Wo; r++) {
+                const ptrdiff_t j_hi = (col_end - r + sW - 1) / sW;
+                if (j_hi <= j_lo) continue;
+                const ptrdiff_t *kx_list = taps_x + r * (1 + kW);
+                ptrdiff_t taps = 0, off_min = 0, off_max = 0;
+                for (ptrdiff_t i = 0; i < rows; i++)
+                    for (ptrdiff_t t = 1; t <= kx_list[0]; t++) {
+                        const ptrdiff_t kx = kx_list[t], off = (r + pl - kx * dW) / sW;
+                        if (taps == 0 || off < off_min) off_min = off;
+                        if (taps == 0 || off > off_max) off_max = off;
+                        tap_off[taps] = off;
+                        tap_x[taps] = row_data[i] + g * Cig * width + (j_lo + off - ix_lo);
+                        tap_w[taps++] = wp + ((o * kH + row_ky[i]) * kW + kx) * Cig;
+                    }
+                /* Pixels [ja, jb) have every tap inside the image: vector blocks. The others, at the
+                   borders, skip their taps outside it, which must not multiply anything (0 * Inf = NaN). */
+                ptrdiff_t ja = j_lo > -off_min ? j_lo : -off_min, jb = j_hi < W - off_max ? j_hi : W - off_max;
+                if (jb < ja) jb = ja = j_hi;
+                for (ptrdiff_t j = j_lo; j < j_hi; j++) {
+                    if (j == ja) j = jb;
+                    if (j >= j_hi) break;
+                    FD_REAL acc = b;
+                    for (ptrdiff_t t = 0; t < taps; t++) {
+                        if (j + tap_off[t] < 0 || j + tap_off[t] >= W) continue;
+                        const FD_REAL *xc = tap_x[t] + (j - j_lo);
+                        for (ptrdiff_t i = 0; i < Cig; i++) acc += xc[i * width] * tap_w[t][i];
+                    }
+                    y_row[(r + sW * j) * C + o] = acc;
+                }
+                if (jb <= ja) continue;
+                /* the run in blocks of equal whole vectors, at most PLANAR_VECTORS each */
+                const ptrdiff_t vectors = (jb - ja + PLANAR_LANES - 1) / PLANAR_LANES;
+                const ptrdiff_t blocks = (vectors + PLANAR_VECTORS - 1) / PLANAR_VECTORS;
+                const ptrdiff_t step = (vectors + blocks - 1) / blocks * PLANAR_LANES;
+                for (ptrdiff_t j = ja; j < jb; j += step) {
+                    const ptrdiff_t count = jb - j < step ? jb - j : step;
+                    switch ((count + PLANAR_LANES - 1) / PLANAR_LANES) {
+                        PLANAR_PAIRS_CASE(1)
+                        PLANAR_PAIRS_CASE(2)
+                        PLANAR_PAIRS_CASE(3)
+                        PLANAR_PAIRS_CASE(4)
+                        PLANAR_BLOCK_CASE(5)
+                        PLANAR_BLOCK_CASE(6)
+                        PLANAR_BLOCK_CASE(7)
+                        PLANAR_BLOCK_CASE(8)
+                        default: return FD_ERR_ARGUMENT;
+                    }
+                    for (ptrdiff_t v = 0; v < count; v++) y_row[(r + sW * (j + v)) * C + o] = tmp[v];
+                }
+            }
+        }
+    }
+    return FD_OK;
+}
+
+#undef PLANAR_BLOCK_CASE
+#undef PLANAR_PAIRS_CASE
+#undef PLANAR_LANES
+#undef PLANAR_VEC
+#undef PLANAR_VECTORS
