@@ -164,6 +164,13 @@ def _peer_status(result):
     return "; ".join(parts)
 
 
+def _legend_text(name, version):
+    """"× torch 2.11.0" from the peer's name and the version the run recorded ("torch 2.11.0")."""
+    if not version or version == name:
+        return f"× {name}"
+    return f"× {version}" if version.startswith(name) else f"× {name} ({version})"
+
+
 def _ticks(low, high):
     """Ticks at 1/8, 1/4, ..., 1, 2, 4, ... covering [low, high]."""
     lo = math.floor(math.log2(low))
@@ -197,57 +204,70 @@ def plot_result(result, path, order="ratio", machine=None, dpi=110):
     high = max(all_ratios + [1.0]) * 1.25
     longest = max((len(r["case"]) for _, rows in tables for r in rows), default=8)
     most = max((len(rows) for _, rows in tables), default=1)
-    row_inch = 0.19 if most > 40 else 0.26
-    label_inch = 0.075 * longest + 0.3
-    width = len(tables) * (label_inch + 4.6) + 0.4
-    height = max(3.2, most * row_inch + 2.0)
-    fig, axes = plt.subplots(1, len(tables), figsize=(width, height), squeeze=False)
-    fontsize = 7 if most > 40 else 9
-    for ax, (title, rows) in zip(axes[0], tables):
+    dense = most > 40
+    fontsize = 7 if dense else 9
+    # The layout in inches, so that a row is as tall in every picture whatever the number of cases: the
+    # title, a legend shared by the panels (outside them: it hides no marker), each panel's heading and
+    # top tick labels, the rows, the bottom tick labels and the axis label.
+    row_inch = 0.18 if dense else 0.26
+    label_inch = 0.0062 * fontsize * longest + 0.15
+    plot_inch, gap_inch, side_inch = 4.5, 0.45, 0.2
+    title_inch, legend_inch, head_inch, foot_inch = 0.62, 0.42, 0.66, 0.55
+    width = side_inch * 2 + len(tables) * (label_inch + plot_inch) + (len(tables) - 1) * gap_inch
+    height = title_inch + legend_inch + head_inch + most * row_inch + foot_inch
+    fig = plt.figure(figsize=(width, height))
+    handles = {}
+    versions = {name: (status.get("version") or name) for name, status in (result.get("peers") or {}).items()
+                if isinstance(status, dict)}
+    for k, (title, rows) in enumerate(tables):
         if order == "ratio":   # worst first (top), cases no peer ran on last
             rows = sorted(rows, key=lambda r: min(ratios(r).values()) if ratios(r) else math.inf)
+        left = side_inch + k * (label_inch + plot_inch + gap_inch) + label_inch
+        top = title_inch + legend_inch + head_inch
+        ax = fig.add_axes((left / width, 1 - (top + len(rows) * row_inch) / height, plot_inch / width,
+                           len(rows) * row_inch / height))
         y = list(range(len(rows)))
         ax.axvline(1.0, color="black", linewidth=1.0, zorder=1)
-        ax.axvspan(low, 1.0, color="#f2f2f2", zorder=0)
+        ax.axvspan(low, 1.0, color="#f0f0f0", zorder=0)
         for i in y:
             if i % 2 == 0:
-                ax.axhspan(i - 0.5, i + 0.5, color="#fafafa", zorder=0)
+                ax.axhspan(i - 0.5, i + 0.5, color="#f7f7f7", zorder=0, linewidth=0)
         means = []
         for name in peer_names:
             points = [(i, ratios(r)[name]) for i, r in zip(y, rows) if name in ratios(r)]
             if not points:
                 continue
-            mean = _geomean([x for _, x in points])
-            means.append(f"{name} {mean:.2f}×")
-            ax.scatter([x for _, x in points], [i for i, _ in points], s=16 if most > 40 else 28, zorder=3,
-                       label=f"× {name} (geomean {mean:.2f})", alpha=0.9, linewidths=0, **styles[name])
+            means.append(f"× {name} {_geomean([x for _, x in points]):.2f}")
+            handles[name] = ax.scatter([x for _, x in points], [i for i, _ in points], s=15 if dense else 30,
+                                       zorder=3, alpha=0.9, linewidths=0, **styles[name])
         ax.set_xscale("log")
         ax.set_xlim(low, high)
-        ticks = _ticks(low, high)
-        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_locator(FixedLocator(_ticks(low, high)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick_text(v)))
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.grid(axis="x", color="#dddddd", linewidth=0.6, zorder=0)
+        ax.xaxis.set_ticks_position("both")
+        ax.tick_params(axis="x", labelsize=8.5, labeltop=True)
+        ax.grid(axis="x", color="#d8d8d8", linewidth=0.6, zorder=0)
         ax.set_yticks(y)
         ax.set_yticklabels([r["case"] for r in rows], fontsize=fontsize, family="monospace")
         ax.set_ylim(len(rows) - 0.5, -0.5)   # the first row at the top
-        ax.tick_params(axis="x", labelsize=9)
         ax.tick_params(axis="y", length=0)
-        ax.set_xlabel("peer time / fastdeconv time   (< 1: the peer is faster; > 1: fastdeconv is faster)",
+        ax.set_xlabel("peer time / fastdeconv time  (< 1: the peer is faster; > 1: fastdeconv is faster)",
                       fontsize=8)
-        ax.set_title(f"{title}: {len(rows)} case{'s' if len(rows) != 1 else ''}", fontsize=10, loc="left")
-        if means:
-            ax.legend(loc="lower right" if order == "ratio" else "best", fontsize=8, framealpha=0.95)
-            ax.xaxis.set_ticks_position("both")
-            ax.tick_params(axis="x", labeltop=True)
-        else:
+        heading = f"{title}: {len(rows)} case{'s' if len(rows) != 1 else ''}"
+        heading += "\ngeometric mean: " + (", ".join(means) if means else "no peer ran")
+        ax.set_title(heading, fontsize=9.5, loc="left", pad=18)
+        if not means:
             reason = _peer_status(result) or "no peer timed these cases"
             ax.text(0.5, 0.5, "no peer ran:\n" + reason, transform=ax.transAxes, ha="center", va="center",
                     fontsize=9, wrap=True)
-        for side in ("top", "right"):
+        for side in ("right",):
             ax.spines[side].set_visible(False)
-    fig.suptitle(title_text(result, machine), fontsize=10.5)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
+    fig.suptitle(title_text(result, machine), fontsize=10.5, y=1 - 0.12 / height, va="top")
+    if handles:
+        fig.legend(list(handles.values()), [_legend_text(name, versions.get(name, "")) for name in handles],
+                   loc="center", bbox_to_anchor=(0.5, 1 - (title_inch + legend_inch / 2) / height),
+                   ncol=len(handles), fontsize=8.5, frameon=False, markerscale=1.4)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
