@@ -210,7 +210,7 @@ def plot_result(result, path, order="ratio", machine=None, dpi=110):
     # title, a legend shared by the panels (outside them: it hides no marker), each panel's heading and
     # top tick labels, the rows, the bottom tick labels and the axis label.
     row_inch = 0.18 if dense else 0.26
-    label_inch = 0.0062 * fontsize * longest + 0.15
+    label_inch = fontsize / 72 * 0.62 * longest + 0.2   # a monospace character is about 0.6 em wide
     plot_inch, gap_inch, side_inch = 4.5, 0.45, 0.2
     title_inch, legend_inch, head_inch, foot_inch = 0.62, 0.42, 0.66, 0.55
     width = side_inch * 2 + len(tables) * (label_inch + plot_inch) + (len(tables) - 1) * gap_inch
@@ -257,10 +257,6 @@ def plot_result(result, path, order="ratio", machine=None, dpi=110):
         heading = f"{title}: {len(rows)} case{'s' if len(rows) != 1 else ''}"
         heading += "\ngeometric mean: " + (", ".join(means) if means else "no peer ran")
         ax.set_title(heading, fontsize=9.5, loc="left", pad=18)
-        if not means:
-            reason = _peer_status(result) or "no peer timed these cases"
-            ax.text(0.5, 0.5, "no peer ran:\n" + reason, transform=ax.transAxes, ha="center", va="center",
-                    fontsize=9, wrap=True)
         for side in ("right",):
             ax.spines[side].set_visible(False)
     fig.suptitle(title_text(result, machine), fontsize=10.5, y=1 - 0.12 / height, va="top")
@@ -268,6 +264,10 @@ def plot_result(result, path, order="ratio", machine=None, dpi=110):
         fig.legend(list(handles.values()), [_legend_text(name, versions.get(name, "")) for name in handles],
                    loc="center", bbox_to_anchor=(0.5, 1 - (title_inch + legend_inch / 2) / height),
                    ncol=len(handles), fontsize=8.5, frameon=False, markerscale=1.4)
+    else:   # in the legend's place, why there is nothing to compare with
+        fig.text(0.5, 1 - (title_inch + legend_inch / 2) / height,
+                 "no peer ran: " + (_peer_status(result) or "no peer timed these cases"), ha="center",
+                 va="center", fontsize=8.5, color="#b00000")
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

@@ -563,6 +563,9 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     threads = fastdeconv.get_num_threads()   # what set_num_threads recorded
     try:
         peer_set = Peers(enabled=peers, log=stderr)
+        if plot is not None and not peer_set.loaded:   # said now, not only after the run
+            print("bench: no peer can run here, so the plot will show no ratios (install torch or onnxruntime "
+                  "and onnx)", file=stderr, flush=True)
         if not _blas_unavailable():
             print(f"bench: measuring the sgemm peak (numpy float32 matmul, {threads} threads)", file=stderr,
                   flush=True)

@@ -222,6 +222,22 @@ def test_plot_of_a_field_sized_run_stays_readable_and_small(tmp_path, plt):
     assert out.stat().st_size < 400_000
 
 
+def test_a_run_without_any_peer_says_so_before_timing(tmp_path, plt, capsys, monkeypatch):
+    def missing():
+        raise ModuleNotFoundError("stub: not installed", name="torch")
+
+    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", missing, None)])
+    monkeypatch.setattr(bench, "_blas_unavailable", lambda: "stub: no BLAS threads (no 2048² sgemm runs)")
+    out = tmp_path / "none.png"
+    assert main(["bench", "--cases", "seed_group", "--seconds", "0.01", "--plot", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    note = err.index("bench: no peer can run here, so the plot will show no ratios (install torch or onnxruntime "
+                     "and onnx)")
+    assert note < err.index("bench: [1/1] seed_group")
+    assert "bench: no peer ran (torch skipped (torch is not installed)), so " in err[-2]
+    _png_size(out)
+
+
 def test_plot_without_any_peer_writes_a_note(tmp_path, plt, capsys):
     rows = [_row("seed_group", 1e-5)]
     saved, result = _saved_run(tmp_path, rows)
