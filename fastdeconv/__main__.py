@@ -64,6 +64,47 @@ def _case_names(text):
     return names
 
 
+def _plot_file(text):
+    """An argparse type for --plot: matplotlib importable and the file writable, checked before any timing."""
+    from .bench.plot import PlotUnavailable, check_output_path
+
+    try:
+        check_output_path(text)
+    except PlotUnavailable as error:
+        raise argparse.ArgumentTypeError(f"{error} (needed to draw {text!r})") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _saved_run(text):
+    """An argparse type for --from-json: a result file that `bench --json FILE` wrote, loaded."""
+    from .bench.plot import load_result
+
+    try:
+        return text, load_result(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+#: Options that only a benchmark run uses: (dest, the option's name); --from-json runs nothing.
+_RUN_OPTIONS = (("cases", "--cases"), ("list", "--list"), ("suite", "--suite"), ("candidates", "--candidates"),
+                ("threads", "--threads"), ("seconds", "--seconds"), ("format", "--format"), ("json", "--json"),
+                ("no_peers", "--no-peers"), ("contention", "--contention"))
+
+_BENCH_EPILOG = """
+plots (--plot, the plot extra: matplotlib):
+  bench --plot ratios.png                          run, print the tables, then draw them
+  bench --json run.json                            run and save the results ...
+  bench --from-json run.json --plot ratios.png     ... and draw them later, without running anything
+  The picture has a panel per table; each case is a row, each peer a marker at peer time / fastdeconv's
+  plan time on a log axis, with a line at 1 (right of it fastdeconv is faster).
+
+exit status: 0 done; 1 a result differs from the numpy reference; 2 a usage error (nothing was timed:
+  this includes --plot without matplotlib or to a file that cannot be written, and an unreadable
+  --from-json); 3 the run finished and its tables (and --json) were written, but the plot failed"""
+
+
 def build_parser(prog="fastdeconv"):
     from ._version import __version__
     from .bench.suites import COLUMNS_HELP
@@ -77,7 +118,7 @@ def build_parser(prog="fastdeconv"):
         description="Time the benchmark suite (real-network shapes, float32) on the CPU backend, side by side "
                     "with torch and onnxruntime when they can be imported, and check every result against "
                     "the numpy reference.",
-        epilog=COLUMNS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=COLUMNS_HELP + "\n" + _BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--cases", type=_case_names, action="extend", dest="cases", metavar="NAME[,NAME...]",
                        help="run only these cases (--list names them); repeatable")
     bench.add_argument("--case", type=_case_names, action="extend", dest="cases", metavar="NAME",
@@ -103,6 +144,20 @@ def build_parser(prog="fastdeconv"):
                        help="stdout as an aligned plain-text table (default), a markdown table, or JSON")
     bench.add_argument("--json", metavar="FILE", help="also write the full results as JSON to FILE")
     bench.add_argument("--no-peers", action="store_true", help="skip torch and onnxruntime even if installed")
+    bench.add_argument("--plot", type=_plot_file, metavar="FILE.png",
+                       help="also draw the ratio to each peer per case into FILE.png (or .svg, .pdf: the "
+                            "extension picks the format); needs matplotlib, the plot extra "
+                            "(pip install -e \".[plot]\" in a clone, or pip install matplotlib), which is "
+                            "checked, with the file, before anything is timed")
+    bench.add_argument("--from-json", type=_saved_run, metavar="RUN.json",
+                       help="with --plot: draw a run saved by --json instead of running one (the run options "
+                            "are refused with it)")
+    bench.add_argument("--plot-order", choices=("ratio", "suite"), default=None,
+                       help="the order of the cases in the plot: by the ratio to the faster peer, "
+                            "fastdeconv's worst at the top (default), or the suite's order")
+    bench.add_argument("--plot-machine", metavar="TEXT",
+                       help="the machine named in the plot's title (default: the CPU the run recorded; runs "
+                            "saved before fastdeconv recorded it name none)")
     bench.add_argument("--contention", action="store_true",
                        help="instead: p50/p99 of default-threads vs 1-thread calls beside busy processes, a second "
                             "benchmark process and right after an onnxruntime call (markdown tables; --cases and "
@@ -188,7 +243,8 @@ def main(argv=None, prog="fastdeconv") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["dask-demo"]:
         return _dask_demo(argv[1:], prog)
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
 
     if args.command == "info":
         from . import show_config
@@ -202,6 +258,24 @@ def main(argv=None, prog="fastdeconv") -> int:
     if args.command == "bench":
         from .bench.suites import run_bench, suite_cases
 
+        usage = _bench_usage(args, parser.parse_args(["bench"]))
+        if usage:
+            print(f"{prog} bench: error: {usage} (see {prog} bench --help)", file=sys.stderr)
+            return 2
+        plot = None
+        if args.plot:
+            from functools import partial
+
+            from .bench.plot import main_plot
+
+            plot = partial(main_plot, path=args.plot, order=args.plot_order or "ratio", machine=args.plot_machine)
+        if args.from_json:
+            try:
+                plot(args.from_json[1])
+            except Exception as error:  # noqa: BLE001 - one line, and the exit status that says the plot failed
+                print(f"{prog} bench: could not draw the plot: {type(error).__name__}: {error}", file=sys.stderr)
+                return 3
+            return 0
         if args.list:
             for case in suite_cases(args.suite):
                 print(case.describe())
@@ -212,12 +286,34 @@ def main(argv=None, prog="fastdeconv") -> int:
             return run_contention(cases=args.cases, seconds=args.seconds, ort=not args.no_peers)
         return run_bench(cases=args.cases, json_path=args.json, threads=args.threads, seconds=args.seconds,
                          peers=not args.no_peers, output_format=args.format, suite=args.suite,
-                         candidates=args.candidates)
+                         candidates=args.candidates, plot=plot)
     from .convert.converter import main as convert_main
 
     return convert_main(args.paths, force=args.force, strict=args.strict, verify_model=args.verify_model,
                         input_shapes=args.input_shape, max_verify_elements=args.max_verify_elements,
                         traceback=args.traceback)
+
+
+def _bench_usage(args, defaults):
+    """The usage error in a combination of bench options (each valid alone), or "". ``defaults``: the
+    arguments of a plain ``bench`` (an option that differs from them was given)."""
+    if args.from_json:
+        if not args.plot:
+            return "--from-json draws a saved run: it needs --plot FILE.png"
+        given = [name for dest, name in _RUN_OPTIONS if getattr(args, dest) != getattr(defaults, dest)]
+        if given:
+            return f"--from-json draws a saved run without running one: {given[0]} is an option of a run"
+        return ""
+    if args.plot:
+        if args.list or args.contention:
+            return f"--plot draws a benchmark run's tables: {'--list' if args.list else '--contention'} prints none"
+        if args.no_peers:
+            return "--plot draws the ratio to each peer: with --no-peers there is none"
+        return ""
+    for dest, name in (("plot_order", "--plot-order"), ("plot_machine", "--plot-machine")):
+        if getattr(args, dest) is not None:
+            return f"{name} is an option of --plot FILE.png"
+    return ""
 
 
 def _dask_demo(argv, prog) -> int:

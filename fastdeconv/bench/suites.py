@@ -510,12 +510,40 @@ def suite_cases(suite="all"):
     return list(SUITE) + list(CONV_SUITE) if suite == "all" else list(SUITES[suite])
 
 
+def machine_info():
+    """What the results were measured on: the CPU's model name (where the system says it), the logical
+    CPUs, the operating system, the architecture and Python (``bench --json`` records it; ``--plot``
+    names it in the title)."""
+    import os
+    import platform
+
+    cpu = ""
+    try:
+        if sys.platform.startswith("linux"):
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.lower().startswith(("model name", "hardware")):   # x86 / some ARM boards
+                        cpu = line.split(":", 1)[1].strip()
+                        break
+        elif sys.platform == "darwin":
+            import subprocess
+
+            cpu = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                 timeout=5).stdout.strip()
+    except Exception:  # noqa: BLE001 - the model name is a nicety: without it the rest is still recorded
+        cpu = ""
+    return {"cpu": cpu or platform.processor() or "", "logical_cpus": os.cpu_count(), "system": platform.system(),
+            "arch": platform.machine(), "python": platform.python_version(), "numpy": np.__version__}
+
+
 def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
-              stdout=None, stderr=None, suite="all", candidates=False) -> int:
+              stdout=None, stderr=None, suite="all", candidates=False, plot=None) -> int:
     """Run a suite (``suite`` "deconv", "conv", "all" or "field", see :func:`suite_cases`) or the named
     cases of it and print the results, one table per operation, then a summary (:func:`field_summary`)
-    for the field suite; returns the exit status (1 when a result is wrong). ``threads`` 0 or None:
-    fastdeconv's default. ``candidates``: also time every algorithm that can run each case."""
+    for the field suite; returns the exit status (1 when a result is wrong, 3 when ``plot`` failed).
+    ``threads`` 0 or None: fastdeconv's default. ``candidates``: also time every algorithm that can run
+    each case. ``plot``: called with the result dictionary (what ``json_path`` gets) after the tables
+    are printed, e.g. :func:`fastdeconv.bench.plot.main_plot` bound to a file name."""
     import fastdeconv
 
     stdout = stdout or sys.stdout
@@ -535,6 +563,9 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     threads = fastdeconv.get_num_threads()   # what set_num_threads recorded
     try:
         peer_set = Peers(enabled=peers, log=stderr)
+        if plot is not None and not peer_set.loaded:   # said now, not only after the run
+            print("bench: no peer can run here, so the plot will show no ratios (install torch or onnxruntime "
+                  "and onnx)", file=stderr, flush=True)
         if not _blas_unavailable():
             print(f"bench: measuring the sgemm peak (numpy float32 matmul, {threads} threads)", file=stderr,
                   flush=True)
@@ -559,6 +590,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     finally:
         fastdeconv.set_num_threads(previous)
     result = {"fastdeconv": fastdeconv.__version__, "threads": threads, "seconds_per_cell": seconds,
+              "machine": machine_info(),
               "sgemm_peak_gflops": peak.gflops, "sgemm_measurements_gflops": peak.measurements,
               "sgemm_peak_noisy": peak.noisy,
               "note": "; ".join(n for n in (peak.note, _over_peak_note(rows, peak)) if n), "peers": peer_set.status,
@@ -579,8 +611,15 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
     if json_path:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
+    status = 0
+    if plot is not None:
+        try:
+            plot(result)
+        except Exception as error:  # noqa: BLE001 - the tables and the JSON are out; say why the picture is not
+            print(f"bench: could not draw the plot: {type(error).__name__}: {error}", file=stderr)
+            status = 3
     worst = max(max(r["max_rel_err"], r.get("plan_max_rel_err", 0)) for r in rows)
     if worst > 1e-4:
         print(f"ERROR: a result differs from the reference by {worst:.2e} (relative)", file=stderr)
         return 1
-    return 0
+    return status
