@@ -1,6 +1,8 @@
 """Dask: conv_transpose2d, conv2d and the layer objects over dask arrays, lazily and exactly.
 
-``pip install "fastdeconv[dask]"`` (dask[array], distributed, zarr). Then the ordinary functions take a
+The ``dask`` extra (dask[array], distributed, zarr): from a clone ``pip install -e ".[dask]"``, or the
+packages alone, ``pip install "dask[array]>=2025.1" "distributed>=2025.1" "zarr>=3.0.8"`` (fastdeconv is not
+on PyPI). Then the ordinary functions take a
 ``dask.array.Array`` and return one::
 
     import dask.array as da, fastdeconv
@@ -76,8 +78,10 @@ try:
         from dask._task_spec import DataNode, List, Task, TaskRef
 except ImportError as error:
     raise ImportError(
-        "fastdeconv got a dask array, and its Dask support needs dask: install the extra with "
-        f"`pip install \"fastdeconv[dask]\"` (dask[array], distributed, zarr). ({error})") from error
+        "fastdeconv got a dask array, and its Dask support needs dask, distributed and zarr (the dask extra): "
+        "pip install \"dask[array]>=2025.1\" \"distributed>=2025.1\" \"zarr>=3.0.8\" (from a clone of fastdeconv "
+        "the same is pip install -e \".[dask]\", which rebuilds the extension; fastdeconv is not on PyPI). "
+        f"({error})") from error
 
 from . import _config
 from ._backends import registry

@@ -92,7 +92,8 @@ __all__ = ["main", "convert", "verify_directory", "Conversion", "ConversionError
            "LayerResult", "NetworkCheck", "DEFAULT_MODEL", "INSTALL_HINT", "EXIT_CODES"]
 
 DEFAULT_MODEL = Path(__file__).with_name("default_decoder.onnx")
-INSTALL_HINT = 'pip install "fastdeconv[convert]" (from a clone of the repository: pip install -e ".[convert]")'
+INSTALL_HINT = ('pip install "onnx>=1.21" (the convert extra; from a clone of the repository: pip install -e ".[convert]"; '
+                'fastdeconv is not on PyPI)')
 #: Opset of the one/two-node models run by onnx's ReferenceEvaluator for the per-layer check.
 VERIFY_OPSET = 17
 #: The seed of the random inputs (per layer: the layer's index; the whole network: this).
