@@ -75,6 +75,7 @@ except ImportError:
 # -- HTML ---------------------------------------------------------------------------------------
 html_theme = "alabaster"
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_title = f"fastdeconv {release}"
 html_theme_options = {
     "description": "Fast, exact grouped 2-D transposed convolution for numpy (NHWC)",
