@@ -606,6 +606,17 @@ def configure_workers(client, threads=None) -> dict:
 
     1 worker × 2 threads on 2 cores: 1 fastdeconv thread per block, 2 blocks at a time;
     2 workers × 1 thread: the same; 1 worker × 1 thread: 2 fastdeconv threads.
+
+    Examples
+    --------
+    >>> import fastdeconv.dask
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    ...     with Client(cluster) as client:
+    ...         threads = fastdeconv.dask.configure_workers(client, threads=2)
+    >>> list(threads.values())
+    [2]
+    >>> fastdeconv.set_num_threads(0)    # the in-process worker shared this process's setting
     """
     from distributed.diagnostics.plugin import WorkerPlugin
 
