@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 # Document the fastdeconv that is importable: an editable install of this checkout (its compiled
 # extension built in place), or the checkout itself when run from it.
@@ -109,5 +110,23 @@ def _visit_displaymath(self, node):
 from docutils.nodes import SkipNode as _SkipNode  # noqa: E402
 
 
+# -- the benchmark pictures ---------------------------------------------------------------------
+# docs/_static/bench_<suite>_t<threads>.png, drawn by ``fastdeconv bench --from-json ... --plot`` from the
+# saved runs in docs/_static/data (the ``plot`` extra). ``.. optional-figure::`` is a figure that is left
+# out (with a note) where its file is not in the checkout, so that the build stays warning-free there.
+from docutils import nodes  # noqa: E402
+from docutils.parsers.rst.directives.images import Figure  # noqa: E402
+
+
+class OptionalFigure(Figure):
+    def run(self):
+        source = Path(self.state.document.current_source).parent
+        if (source / self.arguments[0]).is_file():
+            return super().run()
+        text = f"(The picture {self.arguments[0]} is not in this checkout.)"
+        return [nodes.paragraph(text, text)]
+
+
 def setup(app):
     app.add_html_math_renderer("mathml", (_visit_math, None), (_visit_displaymath, None))
+    app.add_directive("optional-figure", OptionalFigure)
