@@ -15,13 +15,10 @@ render MathML natively), so the pages load no MathJax from a CDN and work offlin
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-# Document the fastdeconv that is importable: an editable install of this checkout (its compiled
-# extension built in place), or the checkout itself when run from it.
-sys.path.insert(0, os.path.abspath(".."))
+# Documents the fastdeconv that is installed (``pip install -e ".[docs]"`` from this checkout): the source
+# tree is not put on sys.path, as its fastdeconv/ has no compiled extension unless installed editable.
 
 import fastdeconv  # noqa: E402
 
