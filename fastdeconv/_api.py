@@ -101,6 +101,32 @@ def conv_transpose2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = N
 
     The weights are packed once per distinct content (numpy arrays) and kept for later calls, up to
     :func:`fastdeconv.set_weight_cache_size` bytes; an array modified in place is packed again.
+
+    See Also
+    --------
+    ConvTranspose2d : the same operation with its weights packed once.
+    conv_transpose2d_output_shape : (H_out, W_out) without computing anything.
+    conv2d : the convolution this operation is the adjoint of.
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> x = np.arange(4, dtype=np.float32).reshape(1, 2, 2, 1)      # (N, H, W, C_in)
+    >>> w = np.ones((1, 2, 2, 1), np.float32)                       # (C_in, kH, kW, C_out)
+    >>> y = fastdeconv.conv_transpose2d(x, w, stride=2)             # each pixel becomes a 2x2 block
+    >>> y[0, :, :, 0]
+    array([[0., 0., 1., 1.],
+           [0., 0., 1., 1.],
+           [2., 2., 3., 3.],
+           [2., 2., 3., 3.]], dtype=float32)
+
+    Grouped, with a bias, and the output size chosen (output_padding follows from it):
+
+    >>> x = np.ones((2, 5, 5, 4), np.float32)
+    >>> w = np.ones((4, 3, 3, 2), np.float32)                       # groups=4: 2 outputs per channel
+    >>> fastdeconv.conv_transpose2d(x, w, np.zeros(8, np.float32), stride=2, padding=1, groups=4,
+    ...                             output_size=(10, 10)).shape
+    (2, 10, 10, 8)
     """
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
@@ -123,8 +149,24 @@ def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
            out: NDArray | None = None) -> NDArray:
     """Grouped 2-D convolution (cross-correlation) of NHWC data.
 
-    ``weight`` has shape (C_out, kH, kW, C_in // groups): MPSCNNConvolution's
-    OHWI layout. With Cig = C_in/groups and Cog = C_out/groups::
+    Parameters
+    ----------
+    x : array_like, shape (N, H, W, C_in) or unbatched (H, W, C_in)
+        Any strides; never modified.
+    weight : array_like, shape (C_out, kH, kW, C_in // groups)
+        MPSCNNConvolution's OHWI layout; torch's Conv2d.weight (C_out, C_in/g, kH, kW) becomes this
+        with ``.transpose(0, 2, 3, 1)``, TF's HWIO filter with ``.transpose(3, 0, 1, 2)``.
+    bias : array_like, shape (C_out,), optional
+    stride, padding, dilation, groups, backend, algorithm, out
+        As for :func:`conv_transpose2d`; ``padding="same"`` gives H_out = ⌈H / sH⌉ (TF's 'SAME').
+
+    Returns
+    -------
+    ndarray, shape (N, H_out, W_out, C_out) (or unbatched), dtype ``np.result_type(x, weight)``
+
+    Notes
+    -----
+    With Cig = C_in/groups and Cog = C_out/groups::
 
         y[n, oy, ox, g·Cog + o] = bias[g·Cog + o]
             + Σ x[n, oy·sH − pad_top + ky·dH, ox·sW − pad_left + kx·dW, g·Cig + i] · w[g·Cog + o, ky, kx, i]
@@ -134,6 +176,28 @@ def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     padding "same" gives H_out = ⌈H / sH⌉ (TF's 'SAME'). ``algorithm`` is None (chosen per
     layer) or one of the convolution names :func:`fastdeconv.show_config` lists. Other arguments,
     and the packed-weight cache, as :func:`conv_transpose2d`.
+
+    See Also
+    --------
+    Conv2d : the same operation with its weights packed once.
+    conv2d_output_shape : (H_out, W_out) without computing anything.
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    >>> w = np.ones((1, 2, 2, 1), np.float32)                       # (C_out, kH, kW, C_in)
+    >>> fastdeconv.conv2d(x, w, stride=2)[0, :, :, 0]               # sums of 2x2 blocks
+    array([[10., 18.],
+           [42., 50.]], dtype=float32)
+
+    The transposed convolution with the same weight is its adjoint: <conv2d(x), y> = <x, conv_transpose2d(y)>.
+
+    >>> y = np.random.default_rng(0).standard_normal((1, 2, 2, 1)).astype(np.float32)
+    >>> lhs = np.vdot(fastdeconv.conv2d(x, w, stride=2), y)
+    >>> rhs = np.vdot(x, fastdeconv.conv_transpose2d(y, w, stride=2))
+    >>> bool(np.isclose(lhs, rhs))
+    True
     """
     if is_dask(x):   # a lazy dask array, computed block by block
         from . import dask

@@ -54,7 +54,21 @@ def _reject_masked(value, name: str) -> None:
 
 class LayoutWarning(UserWarning):
     """A conv_transpose2d weight whose shape looks like torch's ConvTranspose2d layout (C_in, C_out/g,
-    kH, kW) rather than fastdeconv's (C_in, kH, kW, C_out/g), given without the bias that would tell."""
+    kH, kW) rather than fastdeconv's (C_in, kH, kW, C_out/g), given without the bias that would tell.
+
+    A ``UserWarning``; ``warnings.simplefilter("ignore", fastdeconv.LayoutWarning)`` for a layer whose
+    kernel really is over twice as tall as wide with as many outputs per group as it has columns.
+
+    Examples
+    --------
+    >>> import warnings, numpy as np, fastdeconv
+    >>> torch_layout = np.ones((4, 16, 3, 3), np.float32)           # torch: (C_in, C_out, kH, kW)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = fastdeconv.conv_transpose2d(np.ones((1, 2, 2, 4), np.float32), torch_layout)
+    >>> caught[0].category is fastdeconv.LayoutWarning
+    True
+    """
 
 
 def _looks_like_torch_transposed(w_shape) -> bool:

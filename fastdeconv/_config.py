@@ -27,6 +27,14 @@ def set_num_threads(n: int) -> None:
     0..MAX_THREADS. Ctrl-C stops a running call within about 0.1 s (its ``out=`` is then partly
     written). Forked children (``os.fork``, every multiprocessing start method) use threads too: the
     package's thread pool starts fresh helpers there.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.set_num_threads(1)
+    >>> fastdeconv.get_num_threads()
+    1
+    >>> fastdeconv.set_num_threads(0)                                # back to the default
     """
     if not is_int(n):
         raise TypeError(f"n must be an int, got {n!r}")
@@ -35,7 +43,14 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     """Threads the next call will use: set_num_threads's n or the default. Calls too small to gain from
-    threads run on one regardless."""
+    threads run on one regardless.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.get_num_threads() >= 1
+    True
+    """
     return int(_cpu.get_num_threads())
 
 
@@ -96,7 +111,19 @@ def config() -> dict[str, Any]:
 
 def show_config() -> None:
     """Print build and run-time facts: compiler, thread pool, SIMD paths, the CPU algorithms (the names
-    ``algorithm=`` takes), GEMM, threads, workspace bound."""
+    ``algorithm=`` takes), GEMM, threads, workspace bound.
+
+    ``python -m fastdeconv info`` prints the same.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.show_config()                                     # doctest: +ELLIPSIS
+            fastdeconv: ...
+    ...
+            algorithms: conv_transpose2d: ...; conv2d: ...
+    ...
+    """
     for key, value in config().items():
         if key == "simd_paths":
             value = _format_simd_paths(value)

@@ -199,6 +199,41 @@ class ConvTranspose2d(_Layer):
     the function does), or "mps" / "mps-cnn" on macOS, which keep the weights and the compiled graph
     or kernels on the GPU across calls. Calls are thread-safe. The layer keeps private copies of
     ``weight`` and ``bias``: later changes to the caller's arrays do not reach it.
+
+    Parameters
+    ----------
+    weight : array_like, shape (C_in, kH, kW, C_out // groups)
+    bias : array_like, shape (C_out,), optional
+    stride, padding, output_padding, dilation, groups
+        As for :func:`fastdeconv.conv_transpose2d`.
+    algorithm : str, optional
+        A CPU algorithm's name; by default the layer's shape chooses.
+    backend : str
+        "cpu" (the default), "reference", "auto", "mps" or "mps-cnn".
+
+    Attributes
+    ----------
+    weight, bias : ndarray
+        The layer's own copies.
+    algorithm : str or None
+        The algorithm the CPU backend runs (chosen at construction).
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> w = np.ones((8, 4, 4, 4), np.float32)
+    >>> layer = fastdeconv.ConvTranspose2d(w, np.zeros(4, np.float32), stride=2, padding=1)
+    >>> x = np.ones((1, 16, 16, 8), np.float32)
+    >>> y = layer(x)
+    >>> y.shape
+    (1, 32, 32, 4)
+    >>> layer(x, output_size=(33, 33)).shape                         # output_padding 1
+    (1, 33, 33, 4)
+    >>> out = np.empty_like(y)
+    >>> layer(x, out=out) is out
+    True
+    >>> bool(np.array_equal(y, fastdeconv.conv_transpose2d(x, w, np.zeros(4, np.float32), stride=2, padding=1)))
+    True
     """
 
     _transposed = True
@@ -229,6 +264,27 @@ class Conv2d(_Layer):
     :func:`fastdeconv.set_weight_cache_size`). ``algorithm`` (the convolution names
     :func:`fastdeconv.show_config` lists) and ``backend`` as :class:`ConvTranspose2d`. Calls are
     thread-safe; the layer keeps private copies of its arrays.
+
+    Parameters
+    ----------
+    weight : array_like, shape (C_out, kH, kW, C_in // groups)
+    bias : array_like, shape (C_out,), optional
+    stride, padding, dilation, groups, algorithm, backend
+        As for :func:`fastdeconv.conv2d` and :class:`ConvTranspose2d`.
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> w = np.ones((16, 3, 3, 8), np.float32)                      # (C_out, kH, kW, C_in)
+    >>> layer = fastdeconv.Conv2d(w, stride=2, padding=1)
+    >>> layer(np.ones((1, 32, 32, 8), np.float32)).shape
+    (1, 16, 16, 16)
+
+    A depthwise layer (one input channel per group):
+
+    >>> depthwise = fastdeconv.Conv2d(np.ones((8, 3, 3, 1), np.float32), padding=1, groups=8)
+    >>> depthwise.algorithm
+    'depthwise'
     """
 
     _transposed = False

@@ -407,6 +407,14 @@ def conv_transpose2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, outp
 
     ``H_out = (H − 1)·sH − pad_top − pad_bottom + dH·(kH − 1) + output_padding_h + 1``, and the
     same for W. Raises ValueError for the same inputs conv_transpose2d rejects.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.conv_transpose2d_output_shape((5, 5), (3, 3), stride=2, padding=1)
+    (9, 9)
+    >>> fastdeconv.conv_transpose2d_output_shape((16, 8), (4, 4), stride=2, padding="same")
+    (32, 16)
     """
     input_hw = _int_pair(input_hw, "input_hw", 1)
     kernel_hw = _int_pair(kernel_hw, "kernel_hw", 1)
@@ -414,7 +422,16 @@ def conv_transpose2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, outp
 
 
 def conv2d_output_shape(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
-    """(H_out, W_out) of a convolution: ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``."""
+    """(H_out, W_out) of a convolution: ``H_out = ⌊(H + pad_top + pad_bottom − dH·(kH − 1) − 1) / sH⌋ + 1``.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.conv2d_output_shape((32, 32), (4, 4), stride=2, padding=1)
+    (16, 16)
+    >>> fastdeconv.conv2d_output_shape((7, 7), (3, 3), stride=2, padding="same")
+    (4, 4)
+    """
     input_hw = _int_pair(input_hw, "input_hw", 1)
     kernel_hw = _int_pair(kernel_hw, "kernel_hw", 1)
     return _resolve_forward_axes(input_hw, kernel_hw, stride, padding, dilation)[3]

@@ -141,7 +141,16 @@ def set_weight_cache_size(max_bytes: int) -> int:
     size. ``max_bytes`` is an integer (Python's or numpy's) >= 0. Shrinking evicts at the next insertion;
     :func:`clear_weight_cache` empties it now.
     The cache is keyed by the weights' contents, so it never returns a stale result (see
-    :mod:`fastdeconv._weight_cache`)."""
+    :mod:`fastdeconv._weight_cache`).
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> previous = fastdeconv.set_weight_cache_size(64 * 2**20)      # 64 MiB
+    >>> previous
+    268435456
+    >>> _ = fastdeconv.set_weight_cache_size(previous)
+    """
     if not is_int(max_bytes) or max_bytes < 0:
         raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
     previous, CACHE.max_bytes = CACHE.max_bytes, int(max_bytes)
@@ -149,5 +158,11 @@ def set_weight_cache_size(max_bytes: int) -> int:
 
 
 def clear_weight_cache() -> None:
-    """Drop every layer that :func:`conv_transpose2d` and :func:`conv2d` keep between calls."""
+    """Drop every layer that :func:`conv_transpose2d` and :func:`conv2d` keep between calls.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> fastdeconv.clear_weight_cache()
+    """
     CACHE.clear()

@@ -1,6 +1,8 @@
 """Dask: conv_transpose2d, conv2d and the layer objects over dask arrays, lazily and exactly.
 
-``pip install "fastdeconv[dask]"`` (dask[array], distributed, zarr). Then the ordinary functions take a
+The ``dask`` extra (dask[array], distributed, zarr): from a clone ``pip install -e ".[dask]"``, or the
+packages alone, ``pip install "dask[array]>=2025.1" "distributed>=2025.1" "zarr>=3.0.8"`` (fastdeconv is not
+on PyPI). Then the ordinary functions take a
 ``dask.array.Array`` and return one::
 
     import dask.array as da, fastdeconv
@@ -76,8 +78,10 @@ try:
         from dask._task_spec import DataNode, List, Task, TaskRef
 except ImportError as error:
     raise ImportError(
-        "fastdeconv got a dask array, and its Dask support needs dask: install the extra with "
-        f"`pip install \"fastdeconv[dask]\"` (dask[array], distributed, zarr). ({error})") from error
+        "fastdeconv got a dask array, and its Dask support needs dask, distributed and zarr (the dask extra): "
+        "pip install \"dask[array]>=2025.1\" \"distributed>=2025.1\" \"zarr>=3.0.8\" (from a clone of fastdeconv "
+        "the same is pip install -e \".[dask]\", which rebuilds the extension; fastdeconv is not on PyPI). "
+        f"({error})") from error
 
 from . import _config
 from ._backends import registry
@@ -602,6 +606,17 @@ def configure_workers(client, threads=None) -> dict:
 
     1 worker × 2 threads on 2 cores: 1 fastdeconv thread per block, 2 blocks at a time;
     2 workers × 1 thread: the same; 1 worker × 1 thread: 2 fastdeconv threads.
+
+    Examples
+    --------
+    >>> import fastdeconv.dask
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    ...     with Client(cluster) as client:
+    ...         threads = fastdeconv.dask.configure_workers(client, threads=2)
+    >>> list(threads.values())
+    [2]
+    >>> fastdeconv.set_num_threads(0)    # the in-process worker shared this process's setting
     """
     from distributed.diagnostics.plugin import WorkerPlugin
 

@@ -76,7 +76,20 @@ def conv2d_geometry(x: np.ndarray, w: np.ndarray, bias, geometry: ConvGeometry) 
 
 def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_padding=0, dilation=1, groups=1,
                      output_size=None, out=None):
-    """Reference transposed convolution; same contract as :func:`fastdeconv.conv_transpose2d`."""
+    """Reference transposed convolution; same contract as :func:`fastdeconv.conv_transpose2d`.
+
+    A plain-numpy implementation written from the formula (computed in float64), the oracle the tests
+    check every fast path against; ``backend="reference"`` runs it too.
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> rng = np.random.default_rng(0)
+    >>> x, w = rng.standard_normal((1, 6, 6, 4)), rng.standard_normal((4, 4, 4, 3))
+    >>> expected = fastdeconv.reference.conv_transpose2d(x, w, stride=2, padding=1)
+    >>> bool(np.allclose(fastdeconv.conv_transpose2d(x, w, stride=2, padding=1), expected))
+    True
+    """
     call = prepare_conv_transpose2d(x, weight, bias, out, stride, padding, output_padding, dilation, groups,
                                     output_size)
     y = conv_transpose2d_geometry(call.x, call.weight, call.bias, call.geometry)
@@ -84,7 +97,17 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, *, output_paddin
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, *, dilation=1, groups=1, out=None):
-    """Reference convolution; same contract as :func:`fastdeconv.conv2d`."""
+    """Reference convolution; same contract as :func:`fastdeconv.conv2d`.
+
+    Examples
+    --------
+    >>> import numpy as np, fastdeconv
+    >>> rng = np.random.default_rng(0)
+    >>> x, w = rng.standard_normal((1, 8, 8, 4)), rng.standard_normal((6, 3, 3, 2))
+    >>> expected = fastdeconv.reference.conv2d(x, w, padding=1, groups=2)
+    >>> bool(np.allclose(fastdeconv.conv2d(x, w, padding=1, groups=2), expected))
+    True
+    """
     call = prepare_conv2d(x, weight, bias, out, stride, padding, dilation, groups)
     y = conv2d_geometry(call.x, call.weight, call.bias, call.geometry)
     return finish(call, y)

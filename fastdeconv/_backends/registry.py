@@ -51,7 +51,21 @@ class BackendInfo(NamedTuple):
 
 
 def backends() -> list[BackendInfo]:
-    """Every backend= value except "auto", whether it can run here, and why (not)."""
+    """Every backend= value except "auto", whether it can run here, and why (not).
+
+    Returns
+    -------
+    list of BackendInfo
+        Named tuples ``(name, available, reason)``.
+
+    Examples
+    --------
+    >>> import fastdeconv
+    >>> [row.name for row in fastdeconv.backends()]
+    ['cpu', 'reference', 'mps', 'mps-cnn']
+    >>> fastdeconv.backends()[0].available
+    True
+    """
     return [BackendInfo(name, state.available, state.reason)
             for name, state in ((name, backend.status()) for name, backend in REGISTRY.items())]
 

@@ -92,7 +92,8 @@ __all__ = ["main", "convert", "verify_directory", "Conversion", "ConversionError
            "LayerResult", "NetworkCheck", "DEFAULT_MODEL", "INSTALL_HINT", "EXIT_CODES"]
 
 DEFAULT_MODEL = Path(__file__).with_name("default_decoder.onnx")
-INSTALL_HINT = 'pip install "fastdeconv[convert]" (from a clone of the repository: pip install -e ".[convert]")'
+INSTALL_HINT = ('pip install "onnx>=1.21" (the convert extra; from a clone of the repository: pip install -e ".[convert]"; '
+                'fastdeconv is not on PyPI)')
 #: Opset of the one/two-node models run by onnx's ReferenceEvaluator for the per-layer check.
 VERIFY_OPSET = 17
 #: The seed of the random inputs (per layer: the layer's index; the whole network: this).
@@ -336,6 +337,20 @@ def convert(model_path, outdir, *, force: bool = False, strict: bool = False, ve
     verified on a smaller input, the whole network is not run). OUTDIR is created (or, with ``force``, replaced) only
     if everything matches. Raises :class:`ConversionError` for bad input and :class:`StrictModeError`
     when ``strict`` and a node would be skipped.
+
+    Examples
+    --------
+    The DCGAN-like decoder that ships with fastdeconv (needs the ``convert`` extra, onnx):
+
+    >>> import json, os, tempfile
+    >>> from fastdeconv import convert
+    >>> outdir = os.path.join(tempfile.mkdtemp(), "decoder_mps")
+    >>> conversion = convert.convert(convert.DEFAULT_MODEL, outdir)
+    >>> conversion.ok, conversion.written, len(conversion.layers), conversion.network.status
+    (True, True, 4, 'passed')
+    >>> manifest = json.load(open(os.path.join(outdir, "manifest.json")))
+    >>> [layer["kind"] for layer in manifest["layers"]]
+    ['conv_transpose2d', 'conv_transpose2d', 'conv_transpose2d', 'conv_transpose2d']
     """
     started = time.perf_counter()
     verify_model = _network_setting(verify_model)

@@ -419,7 +419,20 @@ def verify_network(graph, manifest, directory, *, seed=0, mpscnn=True,
 
 def verify_directory(model_path, directory, *, seed=0, mpscnn=True,
                      max_elements=DEFAULT_VERIFY_ELEMENTS) -> NetworkCheck:
-    """:func:`verify_network` on a converted output directory (its manifest.json and .dat files)."""
+    """:func:`verify_network` on a converted output directory (its manifest.json and .dat files).
+
+    The ONNX graph runs in onnx.reference with its Conv and ConvTranspose nodes replaced by fastdeconv
+    on the weights read back from the directory, and is compared with the unmodified graph.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from fastdeconv import convert
+    >>> outdir = os.path.join(tempfile.mkdtemp(), "decoder_mps")
+    >>> _ = convert.convert(convert.DEFAULT_MODEL, outdir, verify_model=False)
+    >>> convert.verify_directory(convert.DEFAULT_MODEL, outdir).status
+    'passed'
+    """
     from .graph import OnnxGraph
 
     manifest_path = Path(directory) / "manifest.json"

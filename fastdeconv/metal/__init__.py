@@ -1,7 +1,7 @@
 """The Metal backends: backend="mps" (MPSGraph) and backend="mps-cnn" (MPSCNN + fastdeconv's own kernel).
 
-Importing this package imports nothing from Apple: PyObjC (``pip install 'fastdeconv[metal]'``; in a
-clone of the repository ``pip install -e '.[metal]'``) is imported the first time a Metal backend runs
+Importing this package imports nothing from Apple: PyObjC (the ``metal`` extra: in a clone of the
+repository ``pip install -e '.[metal]'``) is imported the first time a Metal backend runs
 or :func:`status` is asked on macOS.
 
 * :mod:`.descriptors` — what is sent to Metal (pure Python, any platform);
@@ -105,8 +105,10 @@ def status(path: str = "mps") -> MetalStatus:
             modules[name] = __import__(name)
         except Exception as exc:  # noqa: BLE001 - any import failure is a reason, never a crash
             return MetalStatus(False, f"the PyObjC wrapper {name!r} cannot be imported ({exc}); "
-                                      "install it with: pip install 'fastdeconv[metal]' "
-                                      "(from a clone of the repository: pip install -e '.[metal]')")
+                                      "install the metal extra: pip install pyobjc-framework-Metal "
+                                      "pyobjc-framework-MetalPerformanceShaders "
+                                      "pyobjc-framework-MetalPerformanceShadersGraph (from a clone of the "
+                                      "repository: pip install -e '.[metal]')")
     try:
         device = modules["Metal"].MTLCreateSystemDefaultDevice()
     except Exception as exc:  # noqa: BLE001

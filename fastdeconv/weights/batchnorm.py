@@ -25,6 +25,22 @@ def fold_batchnorm(weight, bias, gamma, beta, mean, var, eps, *, transposed: boo
 
     ``eps`` is explicit (MXNet's default 1e-3, torch's and ONNX's 1e-5). Computed in float64; the weight
     keeps its floating dtype (float32 for other inputs) and the bias has the same dtype.
+
+    Examples
+    --------
+    The folded layer computes what the layer followed by the BatchNorm computes:
+
+    >>> import numpy as np, fastdeconv
+    >>> from fastdeconv import weights
+    >>> rng = np.random.default_rng(0)
+    >>> w, b = rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(2)       # (C_in, kH, kW, C_out)
+    >>> gamma, beta, mean, var = rng.random(2) + 0.5, rng.standard_normal(2), rng.standard_normal(2), rng.random(2)
+    >>> wf, bf = weights.fold_batchnorm(w, b, gamma, beta, mean, var, eps=1e-5, transposed=True)
+    >>> x = rng.standard_normal((1, 5, 5, 4))
+    >>> y = fastdeconv.conv_transpose2d(x, w, b, stride=2)
+    >>> bn = (y - mean) / np.sqrt(var + 1e-5) * gamma + beta
+    >>> bool(np.allclose(fastdeconv.conv_transpose2d(x, wf, bf, stride=2), bn))
+    True
     """
     weight = four_d(weight)
     if transposed:

@@ -22,6 +22,17 @@ def save_mps(directory, name, weight, bias=None):
     what an MPSCNNConvolutionDataSource hands to MPS. ``weight`` must already be in the layout the app
     expects (e.g. :func:`fastdeconv.weights.to_mpscnn_transpose`). ``directory`` is created (parents too)
     when missing, with the permissions the umask allows. Returns the paths written.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from fastdeconv import weights
+    >>> folder = tempfile.mkdtemp()
+    >>> paths = weights.save_mps(folder, "deconv1", np.ones((4, 3, 3, 2)), np.zeros(2))
+    >>> [os.path.basename(p) for p in paths]
+    ['deconv1_weight.dat', 'deconv1_bias.dat']
+    >>> os.path.getsize(paths[0])                                    # 72 float32 values
+    288
     """
     weight_path, bias_path = _dat_paths(directory, name)
     weight_path.parent.mkdir(parents=True, exist_ok=True)   # mode 0o777 & ~umask, like mkdir -p
@@ -51,6 +62,16 @@ def load_mps(directory, name, weight_shape):
 
     Raises ValueError naming the file if its size is not ``4·prod(weight_shape)`` bytes (or, for the bias,
     a multiple of 4).
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> from fastdeconv import weights
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = weights.save_mps(folder, "layer", np.arange(6.0).reshape(1, 1, 2, 3), np.ones(3))
+    >>> w, b = weights.load_mps(folder, "layer", (1, 1, 2, 3))
+    >>> w.dtype, w.shape, b
+    (dtype('float32'), (1, 1, 2, 3), array([1., 1., 1.], dtype=float32))
     """
     weight_path, bias_path = _dat_paths(directory, name)
     weight_shape = tuple(int(v) for v in weight_shape)

@@ -58,14 +58,32 @@ def from_torch(weight, transposed: bool) -> np.ndarray:
 
     ``ConvTranspose2d.weight`` (C_in, C_out/g, kH, kW) -> (C_in, kH, kW, C_out/g);
     ``Conv2d.weight`` (C_out, C_in/g, kH, kW) -> (C_out, kH, kW, C_in/g). ``transposed`` names the kind of
-    layer; the permutation is the same for both.
+    layer; the permutation is the same for both. ``from_onnx`` and ``from_mxnet`` are this function
+    (ONNX and MXNet store weights in torch's layouts).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastdeconv import weights
+    >>> torch_weight = np.zeros((8, 4, 3, 3), np.float32)           # ConvTranspose2d: (C_in, C_out, kH, kW)
+    >>> weights.from_torch(torch_weight, transposed=True).shape
+    (8, 3, 3, 4)
     """
     del transposed  # same axes for both kinds; the argument keeps call sites explicit
     return _permuted(weight, (0, 2, 3, 1))
 
 
 def to_torch(weight, transposed: bool) -> np.ndarray:
-    """Ours -> torch: ``.transpose(0, 3, 1, 2)``; the inverse of :func:`from_torch`."""
+    """Ours -> torch: ``.transpose(0, 3, 1, 2)``; the inverse of :func:`from_torch`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastdeconv import weights
+    >>> w = np.arange(8 * 3 * 3 * 4, dtype=np.float32).reshape(8, 3, 3, 4)
+    >>> bool(np.array_equal(weights.from_torch(weights.to_torch(w, transposed=True), transposed=True), w))
+    True
+    """
     del transposed
     return _permuted(weight, (0, 3, 1, 2))
 
@@ -81,12 +99,28 @@ def from_tf(weight, transposed: bool) -> np.ndarray:
 
     ``tf.nn.conv2d_transpose`` filters (kH, kW, C_out, C_in) -> (C_in, kH, kW, C_out) (no groups in TF);
     ``tf.nn.conv2d`` filters HWIO (kH, kW, C_in/g, C_out) -> (C_out, kH, kW, C_in/g).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastdeconv import weights
+    >>> tf_filter = np.zeros((4, 4, 16, 32), np.float32)            # conv2d_transpose: (kH, kW, C_out, C_in)
+    >>> weights.from_tf(tf_filter, transposed=True).shape
+    (32, 4, 4, 16)
     """
     del transposed
     return _permuted(weight, (3, 0, 1, 2))
 
 
 def to_tf(weight, transposed: bool) -> np.ndarray:
-    """Ours -> TensorFlow: ``.transpose(1, 2, 3, 0)``; the inverse of :func:`from_tf`."""
+    """Ours -> TensorFlow: ``.transpose(1, 2, 3, 0)``; the inverse of :func:`from_tf`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastdeconv import weights
+    >>> weights.to_tf(np.zeros((32, 4, 4, 16), np.float32), transposed=True).shape
+    (4, 4, 16, 32)
+    """
     del transposed
     return _permuted(weight, (1, 2, 3, 0))

@@ -32,7 +32,16 @@ _APPLE_GROUPS_RULE = (
 
 
 class MPSCNNUnsupportedError(ValueError):
-    """A layer that MPSCNNConvolution / MPSCNNConvolutionTranspose cannot compute as documented."""
+    """A layer that MPSCNNConvolution / MPSCNNConvolutionTranspose cannot compute as documented.
+
+    Examples
+    --------
+    >>> from fastdeconv import weights
+    >>> weights.mpscnn_transpose_params((8, 8), (3, 3), groups=2, in_channels=6, out_channels=6)
+    Traceback (most recent call last):
+    ...
+    fastdeconv.weights.mpscnn.MPSCNNUnsupportedError: MPSCNNConvolutionTranspose cannot express groups=2 with C_in=6, C_out=6: ...
+    """
 
 
 def to_mpscnn_transpose(weight, groups: int = 1) -> np.ndarray:
@@ -47,6 +56,17 @@ def to_mpscnn_transpose(weight, groups: int = 1) -> np.ndarray:
         result[g·Cog + o, ky, kx, i] = weight[g·Cig + i, kH − 1 − ky, kW − 1 − kx, o]
 
     float32 because the initializer says "Currently we support only Float32 weights".
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastdeconv import weights
+    >>> w = np.arange(2 * 2 * 2 * 3, dtype=np.float32).reshape(2, 2, 2, 3)   # (C_in, kH, kW, C_out)
+    >>> w_mps = weights.to_mpscnn_transpose(w)
+    >>> w_mps.shape                                                  # (C_out, kH, kW, C_in)
+    (3, 2, 2, 2)
+    >>> bool(np.array_equal(w_mps, w[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)))   # rotated 180 degrees
+    True
     """
     by_group = transposed_by_group(weight, groups)
     groups, in_per_group, kernel_h, kernel_w, out_per_group = by_group.shape
@@ -194,6 +214,15 @@ def mpscnn_transpose_params(input_hw, kernel_hw, stride=1, padding=0, output_pad
     C_out/groups is not a multiple of 4 (MPSCNNConvolutionDescriptor.groups: "Both inputFeatureChannels and
     outputFeatureChannels must be divisible by n and number of channels in each group must be multiple
     of 4."), and ValueError for anything conv_transpose2d itself rejects.
+
+    Examples
+    --------
+    >>> from fastdeconv import weights
+    >>> p = weights.mpscnn_transpose_params((16, 16), (4, 4), stride=2, padding=1)
+    >>> p.kernel_offset_x, p.kernel_offset_y, p.destination_width, p.destination_height
+    (0, 0, 32, 32)
+    >>> weights.mpscnn_transpose_params((16, 16), (3, 3), stride=2, padding=1, output_padding=1).kernel_offset_x
+    0
     """
     geometry = _resolve_with_channels(
         True, input_hw, kernel_hw, groups, in_channels, out_channels,
@@ -216,6 +245,13 @@ def mpscnn_conv_params(input_hw, kernel_hw, stride=1, padding=0, dilation=1, gro
     destination is conv2d's output size. groups > 1 needs multiples of 4 per group, except depthwise
     (C_in = C_out = groups), which uses MPSCNNDepthWiseConvolutionDescriptor ("Currently only channel
     multipler of 1 is supported").
+
+    Examples
+    --------
+    >>> from fastdeconv import weights
+    >>> p = weights.mpscnn_conv_params((32, 32), (3, 3), stride=2, padding=1)
+    >>> p.offset_x, p.offset_y, p.destination_width, p.depthwise
+    (0, 0, 16, False)
     """
     geometry = _resolve_with_channels(
         False, input_hw, kernel_hw, groups, in_channels, out_channels,

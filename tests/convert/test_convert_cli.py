@@ -309,7 +309,7 @@ def test_without_onnx(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True,
                             cwd=REPO, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 2, result.stderr
-    assert 'pip install "fastdeconv[convert]"' in result.stderr and "Traceback" not in result.stderr
+    assert 'pip install "onnx>=1.21"' in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 

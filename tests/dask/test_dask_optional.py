@@ -48,7 +48,7 @@ def test_a_dask_array_without_dask_names_the_extra(without_dask, call):
     w = np.ones((2, 3, 3, 2), np.float32)
     function = fastdeconv.ConvTranspose2d(w) if call == "ConvTranspose2d" else getattr(fastdeconv, call)
     args = (_DaskLike(),) if call == "ConvTranspose2d" else (_DaskLike(), w)
-    with pytest.raises(ImportError, match=r'pip install "fastdeconv\[dask\]"'):
+    with pytest.raises(ImportError, match=r'pip install "dask\[array\]>=2025.1" "distributed>=2025.1" "zarr>=3.0.8"'):
         function(*args)
 
 
@@ -67,4 +67,6 @@ def test_dask_demo_without_dask_names_the_extra(without_dask, capsys):
     from fastdeconv.__main__ import main
 
     assert main(["dask-demo"], prog="fastdeconv") == 1
-    assert 'pip install "fastdeconv[dask]"' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert 'pip install "dask[array]>=2025.1" "distributed>=2025.1" "zarr>=3.0.8"' in err
+    assert 'pip install -e ".[dask]"' in err and "not on PyPI" in err
