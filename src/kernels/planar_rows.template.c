@@ -25,18 +25,20 @@ typedef FD_REAL FD_ISA_FN(planar_vec);
 
 /* nv (1..8, a constant where it is inlined) vectors of pixels: bias plus every tap's channels. */
 FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block)(ptrdiff_t nv, FD_REAL *FD_RESTRICT out, FD_REAL b,
-                                                              const FD_REAL *const *tap_x,
-                                                              const FD_REAL *const *tap_w, ptrdiff_t taps,
+                                                              const FD_REAL *const *tap_x, const FD_REAL *wbase,
+                                                              const ptrdiff_t *tap_w, ptrdiff_t taps,
                                                               ptrdiff_t Cig, ptrdiff_t width, ptrdiff_t shift)
 {
     PLANAR_VEC acc[PLANAR_VECTORS];
+    FD_UNROLL_BY(8)
     for (ptrdiff_t v = 0; v < nv; v++) acc[v] = (PLANAR_VEC){0} + b;
     for (ptrdiff_t t = 0; t < taps; t++) {
         const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
-        const FD_REAL *FD_RESTRICT w = tap_w[t];
+        const FD_REAL *FD_RESTRICT w = wbase + tap_w[t];
         for (ptrdiff_t i = 0; i < Cig; i++) {
             const FD_REAL wi = w[i];
             const FD_REAL *FD_RESTRICT xc = xr + i * width;
+            FD_UNROLL_BY(8)
             for (ptrdiff_t v = 0; v < nv; v++) {
                 PLANAR_VEC xv;
                 memcpy(&xv, xc + v * PLANAR_LANES, sizeof xv);
@@ -51,21 +53,24 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block)(ptrdiff_t nv, FD_R
  * run still has enough independent multiply-adds in flight to hide their latency. */
 FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_pairs)(ptrdiff_t nv, FD_REAL *FD_RESTRICT out,
                                                                     FD_REAL b, const FD_REAL *const *tap_x,
-                                                                    const FD_REAL *const *tap_w, ptrdiff_t taps,
-                                                                    ptrdiff_t Cig, ptrdiff_t width, ptrdiff_t shift)
+                                                                    const FD_REAL *wbase, const ptrdiff_t *tap_w,
+                                                                    ptrdiff_t taps, ptrdiff_t Cig, ptrdiff_t width,
+                                                                    ptrdiff_t shift)
 {
     PLANAR_VEC acc[PLANAR_VECTORS / 2], odd[PLANAR_VECTORS / 2];
+    FD_UNROLL_BY(8)
     for (ptrdiff_t v = 0; v < nv; v++) {
         acc[v] = (PLANAR_VEC){0} + b;
         odd[v] = (PLANAR_VEC){0};
     }
     for (ptrdiff_t t = 0; t < taps; t++) {
         const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
-        const FD_REAL *FD_RESTRICT w = tap_w[t];
+        const FD_REAL *FD_RESTRICT w = wbase + tap_w[t];
         ptrdiff_t i = 0;
         for (; i + 2 <= Cig; i += 2) {
             const FD_REAL w0 = w[i], w1 = w[i + 1];
             const FD_REAL *FD_RESTRICT x0 = xr + i * width, *FD_RESTRICT x1 = x0 + width;
+            FD_UNROLL_BY(8)
             for (ptrdiff_t v = 0; v < nv; v++) {
                 PLANAR_VEC a, c;
                 memcpy(&a, x0 + v * PLANAR_LANES, sizeof a);
@@ -76,6 +81,7 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_pairs)(ptrdiff_t nv
         }
         if (i < Cig) {
             const FD_REAL *FD_RESTRICT x0 = xr + i * width;
+            FD_UNROLL_BY(8)
             for (ptrdiff_t v = 0; v < nv; v++) {
                 PLANAR_VEC a;
                 memcpy(&a, x0 + v * PLANAR_LANES, sizeof a);
@@ -83,8 +89,41 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_pairs)(ptrdiff_t nv
             }
         }
     }
+    FD_UNROLL_BY(8)
     for (ptrdiff_t v = 0; v < nv; v++) acc[v] += odd[v];
     memcpy(out, acc, (size_t)nv * sizeof(PLANAR_VEC));
+}
+
+/* no (2..4) outputs of one group at once, nv vectors each (no*nv <= 8, constants where inlined): the
+ * input vectors are loaded once for all of them. Output oo's weights start wstride after oo - 1's. */
+FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_outputs)(
+    ptrdiff_t no, ptrdiff_t nv, FD_REAL *FD_RESTRICT out, const FD_REAL *b, const FD_REAL *const *tap_x,
+    const FD_REAL *wbase, const ptrdiff_t *tap_w, ptrdiff_t wstride, ptrdiff_t taps, ptrdiff_t Cig, ptrdiff_t width,
+    ptrdiff_t shift)
+{
+    PLANAR_VEC acc[4][PLANAR_VECTORS / 2];
+    FD_UNROLL_BY(8)
+    for (ptrdiff_t oo = 0; oo < no; oo++)
+        FD_UNROLL_BY(8)
+        for (ptrdiff_t v = 0; v < nv; v++) acc[oo][v] = (PLANAR_VEC){0} + b[oo];
+    for (ptrdiff_t t = 0; t < taps; t++) {
+        const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
+        const FD_REAL *FD_RESTRICT w = wbase + tap_w[t];
+        for (ptrdiff_t i = 0; i < Cig; i++) {
+            const FD_REAL *FD_RESTRICT xc = xr + i * width;
+            PLANAR_VEC xv[PLANAR_VECTORS / 2];
+            FD_UNROLL_BY(8)
+            for (ptrdiff_t v = 0; v < nv; v++) memcpy(&xv[v], xc + v * PLANAR_LANES, sizeof xv[v]);
+            FD_UNROLL_BY(8)
+            for (ptrdiff_t oo = 0; oo < no; oo++) {
+                const FD_REAL wi = w[oo * wstride + i];
+                FD_UNROLL_BY(8)
+                for (ptrdiff_t v = 0; v < nv; v++) acc[oo][v] += xv[v] * wi;
+            }
+        }
+    }
+    FD_UNROLL_BY(8)
+    for (ptrdiff_t oo = 0; oo < no; oo++) memcpy(out + oo * nv * PLANAR_LANES, acc[oo], (size_t)nv * sizeof(PLANAR_VEC));
 }
 
 /* Input row iy of image n, columns [ix_lo, ix_lo + width), transposed into a ring row (C_in, width);
@@ -120,10 +159,16 @@ FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_
     }
 }
 
+/* case no*16 + nv of the block switch */
 #define PLANAR_BLOCK_CASE(nvc) \
-    case nvc: FD_ISA_FN(planar_block)(nvc, tmp, b, tap_x, tap_w, taps, Cig, width, j - j_lo); break;
+    case 16 + nvc: FD_ISA_FN(planar_block)(nvc, tmp, b[0], tap_x, wbase, tap_w, taps, Cig, width, j - j_lo); break;
 #define PLANAR_PAIRS_CASE(nvc) \
-    case nvc: FD_ISA_FN(planar_block_pairs)(nvc, tmp, b, tap_x, tap_w, taps, Cig, width, j - j_lo); break;
+    case 16 + nvc: FD_ISA_FN(planar_block_pairs)(nvc, tmp, b[0], tap_x, wbase, tap_w, taps, Cig, width, j - j_lo); break;
+#define PLANAR_OUTPUTS_CASE(noc, nvc)                                                                       \
+    case noc * 16 + nvc:                                                                                  \
+        FD_ISA_FN(planar_block_outputs)(noc, nvc, tmp, b, tap_x, wbase, tap_w, wstride, taps, Cig, width, \
+                                        j - j_lo);                                                        \
+        break;
 
 FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                                      const FD_REAL *FD_RESTRICT x, const FD_REAL *FD_RESTRICT wp,
@@ -161,7 +206,7 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
     const FD_REAL *row_data[FD_MAX_PHASE_TAPS];
     ptrdiff_t row_ky[FD_MAX_PHASE_TAPS];
     const FD_REAL *tap_x[FD_PLANAR_MAX_TAPS];
-    const FD_REAL *tap_w[FD_PLANAR_MAX_TAPS];
+    ptrdiff_t tap_w[FD_PLANAR_MAX_TAPS];   /* a tap's weights: wp + o*kH*kW*Cig + tap_w[t] */
     ptrdiff_t tap_off[FD_PLANAR_MAX_TAPS];
     FD_REAL tmp[PLANAR_VECTORS * PLANAR_LANES];
 
@@ -182,9 +227,8 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
             row_ky[rows++] = ky;
         }
         FD_REAL *FD_RESTRICT y_row = y + q * Wo * C;
-        for (ptrdiff_t o = 0; o < C; o++) {
-            const ptrdiff_t g = o / Cog;
-            const FD_REAL b = bias ? bias[o] : (FD_REAL)0;
+        const ptrdiff_t wstride = kH * kW * Cig;   /* between one output channel's weights and the next's */
+        for (ptrdiff_t g = 0; g < geo->groups; g++)
             for (ptrdiff_t r = 0; r < sW && r < Wo; r++) {
                 const ptrdiff_t j_hi = (col_end - r + sW - 1) / sW;
                 if (j_hi <= j_lo) continue;
@@ -197,51 +241,72 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
                         if (taps == 0 || off > off_max) off_max = off;
                         tap_off[taps] = off;
                         tap_x[taps] = row_data[i] + g * Cig * width + (j_lo + off - ix_lo);
-                        tap_w[taps++] = wp + ((o * kH + row_ky[i]) * kW + kx) * Cig;
+                        tap_w[taps++] = (row_ky[i] * kW + kx) * Cig;
                     }
                 /* Pixels [ja, jb) have every tap inside the image: vector blocks. The others, at the
                    borders, skip their taps outside it, which must not multiply anything (0 * Inf = NaN). */
                 ptrdiff_t ja = j_lo > -off_min ? j_lo : -off_min, jb = j_hi < W - off_max ? j_hi : W - off_max;
                 if (jb < ja) jb = ja = j_hi;
-                for (ptrdiff_t j = j_lo; j < j_hi; j++) {
-                    if (j == ja) j = jb;
-                    if (j >= j_hi) break;
-                    FD_REAL acc = b;
-                    for (ptrdiff_t t = 0; t < taps; t++) {
-                        if (j + tap_off[t] < 0 || j + tap_off[t] >= W) continue;
-                        const FD_REAL *xc = tap_x[t] + (j - j_lo);
-                        for (ptrdiff_t i = 0; i < Cig; i++) acc += xc[i * width] * tap_w[t][i];
+                for (ptrdiff_t o = g * Cog; o < (g + 1) * Cog; o++)
+                    for (ptrdiff_t j = j_lo; j < j_hi; j++) {
+                        if (j == ja) j = jb;
+                        if (j >= j_hi) break;
+                        FD_REAL acc = bias ? bias[o] : (FD_REAL)0;
+                        for (ptrdiff_t t = 0; t < taps; t++) {
+                            if (j + tap_off[t] < 0 || j + tap_off[t] >= W) continue;
+                            const FD_REAL *xc = tap_x[t] + (j - j_lo), *w = wp + o * wstride + tap_w[t];
+                            for (ptrdiff_t i = 0; i < Cig; i++) acc += xc[i * width] * w[i];
+                        }
+                        y_row[(r + sW * j) * C + o] = acc;
                     }
-                    y_row[(r + sW * j) * C + o] = acc;
-                }
                 if (jb <= ja) continue;
-                /* the run in blocks of equal whole vectors, at most PLANAR_VECTORS each */
+                /* up to 4 outputs at once over one load of the input vectors; the run in blocks of equal
+                   whole vectors, at most 8 accumulators in all */
                 const ptrdiff_t vectors = (jb - ja + PLANAR_LANES - 1) / PLANAR_LANES;
-                const ptrdiff_t blocks = (vectors + PLANAR_VECTORS - 1) / PLANAR_VECTORS;
-                const ptrdiff_t step = (vectors + blocks - 1) / blocks * PLANAR_LANES;
-                for (ptrdiff_t j = ja; j < jb; j += step) {
-                    const ptrdiff_t count = jb - j < step ? jb - j : step;
-                    switch ((count + PLANAR_LANES - 1) / PLANAR_LANES) {
-                        PLANAR_PAIRS_CASE(1)
-                        PLANAR_PAIRS_CASE(2)
-                        PLANAR_PAIRS_CASE(3)
-                        PLANAR_PAIRS_CASE(4)
-                        PLANAR_BLOCK_CASE(5)
-                        PLANAR_BLOCK_CASE(6)
-                        PLANAR_BLOCK_CASE(7)
-                        PLANAR_BLOCK_CASE(8)
-                        default: return FD_ERR_ARGUMENT;
+                for (ptrdiff_t o0 = g * Cog; o0 < (g + 1) * Cog;) {
+                    const ptrdiff_t no = (g + 1) * Cog - o0 < 4 ? (g + 1) * Cog - o0 : 4;
+                    const ptrdiff_t most = no == 1 ? PLANAR_VECTORS : PLANAR_VECTORS / 2 / (no == 2 ? 1 : 2);
+                    const ptrdiff_t blocks = (vectors + most - 1) / most;
+                    const ptrdiff_t step = (vectors + blocks - 1) / blocks * PLANAR_LANES;
+                    const FD_REAL *wbase = wp + o0 * wstride;
+                    FD_REAL b[4];
+                    for (ptrdiff_t oo = 0; oo < no; oo++) b[oo] = bias ? bias[o0 + oo] : (FD_REAL)0;
+                    for (ptrdiff_t j = ja; j < jb; j += step) {
+                        const ptrdiff_t count = jb - j < step ? jb - j : step;
+                        const ptrdiff_t nv = (count + PLANAR_LANES - 1) / PLANAR_LANES;
+                        switch (no * 16 + nv) {
+                            PLANAR_PAIRS_CASE(1)
+                            PLANAR_PAIRS_CASE(2)
+                            PLANAR_PAIRS_CASE(3)
+                            PLANAR_PAIRS_CASE(4)
+                            PLANAR_BLOCK_CASE(5)
+                            PLANAR_BLOCK_CASE(6)
+                            PLANAR_BLOCK_CASE(7)
+                            PLANAR_BLOCK_CASE(8)
+                            PLANAR_OUTPUTS_CASE(2, 1)
+                            PLANAR_OUTPUTS_CASE(2, 2)
+                            PLANAR_OUTPUTS_CASE(2, 3)
+                            PLANAR_OUTPUTS_CASE(2, 4)
+                            PLANAR_OUTPUTS_CASE(3, 1)
+                            PLANAR_OUTPUTS_CASE(3, 2)
+                            PLANAR_OUTPUTS_CASE(4, 1)
+                            PLANAR_OUTPUTS_CASE(4, 2)
+                            default: return FD_ERR_ARGUMENT;
+                        }
+                        for (ptrdiff_t oo = 0; oo < no; oo++)
+                            for (ptrdiff_t v = 0; v < count; v++)
+                                y_row[(r + sW * (j + v)) * C + o0 + oo] = tmp[oo * nv * PLANAR_LANES + v];
                     }
-                    for (ptrdiff_t v = 0; v < count; v++) y_row[(r + sW * (j + v)) * C + o] = tmp[v];
+                    o0 += no;
                 }
             }
-        }
     }
     return FD_OK;
 }
 
 #undef PLANAR_BLOCK_CASE
 #undef PLANAR_PAIRS_CASE
+#undef PLANAR_OUTPUTS_CASE
 #undef PLANAR_LANES
 #undef PLANAR_VEC
 #undef PLANAR_VECTORS
