@@ -55,7 +55,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
-    * few channels per group on both sides (C_in/groups · C_out/groups <= 64, or <= 128 with a kernel
+    * few channels per group on both sides (C_in/groups · C_out/groups <= 32, or <= 128 with a kernel
       equal to the stride): "planar", a direct kernel vectorised over runs of output pixels (the
       input rows transposed to channels by columns): one broadcast weight times a vector of pixels
       per tap and channel. The phase GEMM's N = C_out/groups would fill a fraction of a SIMD
@@ -106,7 +106,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
 # "planar" up to this C_in/groups · C_out/groups: [kernel wider than the stride, kernel equal to it]
 # (the field suite's heads and super-resolution tails, asv_benches/NOTES.md).
-_PLANAR_MAX_CHANNELS = (64, 128)
+_PLANAR_MAX_CHANNELS = (32, 128)
 
 # "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
