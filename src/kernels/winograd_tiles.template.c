@@ -1,19 +1,33 @@
 /* The Winograd tile transforms (see winograd_tiles.h), instantiated per ISA (FD_ISA, FD_TARGET,
- * FD_WVEC_BYTES) and per element type (FD_REAL, FD_PREFIX) by winograd_tiles.c.
+ * FD_WVEC_BYTES) and per element type (FD_REAL, FD_PREFIX) by winograd_tiles.c (portable) and
+ * winograd_tiles_<isa>.c, after winograd_tiles_internal.h.
  *
- * Channels are processed one vector at a time (a GCC/clang vector of FD_WVEC_BYTES: one zmm, one ymm or
- * one xmm register; a scalar elsewhere); a tile's ny*nx points of one channel vector stay in registers
- * through both passes. The transform matrices are static tables: for the tiles the algorithm uses, the
- * always-inline bodies are instantiated with the table itself, so the compiler unrolls the loops,
- * drops the zero coefficients and turns the +-1 ones into additions. Other tiles run the same code
- * with the coefficients read at run time. */
+ * Channels are processed one vector at a time (WV: a GCC/clang vector of FD_WVEC_BYTES: one zmm, one ymm
+ * or one xmm register; on MSVC the ISA's intrinsic vector, or a scalar in the portable clone:
+ * winograd_tiles_internal.h); a tile's ny*nx points of one channel vector stay in registers through both
+ * passes. The transform matrices are static tables: for the tiles the algorithm uses, the always-inline
+ * bodies are instantiated with the table itself, so the compiler unrolls the loops, drops the zero
+ * coefficients and turns the +-1 ones into additions. Other tiles run the same code with the coefficients
+ * read at run time. */
 
 #define WV FD_ISA_FN(wvec)
 #define WL ((ptrdiff_t)(sizeof(WV) / sizeof(FD_REAL)))
+/* WV_ADD(a, b) = a + b; for a scalar c, WV_SCALE(c, v) = c*v and WV_MADD(c, v, acc) = acc + c*v */
 #if FD_WINOGRAD_VECTORS
 typedef FD_REAL WV __attribute__((vector_size(FD_WVEC_BYTES)));
+#define WV_ADD(a, b) ((a) + (b))
+#define WV_MADD(c, v, acc) ((acc) + (c) * (v))
+#define WV_SCALE(c, v) ((c) * (v))
+#elif defined(FD_WV_TYPE_s)
+typedef FD_CAT(FD_WV_TYPE_, FD_PREFIX) WV;
+#define WV_ADD(a, b) FD_CAT(FD_WV_ADD_, FD_PREFIX)((a), (b))
+#define WV_MADD(c, v, acc) FD_CAT(FD_WV_FMA_, FD_PREFIX)(FD_CAT(FD_WV_SET1_, FD_PREFIX)(c), (v), (acc))
+#define WV_SCALE(c, v) FD_CAT(FD_WV_MUL_, FD_PREFIX)(FD_CAT(FD_WV_SET1_, FD_PREFIX)(c), (v))
 #else
 typedef FD_REAL WV;
+#define WV_ADD(a, b) ((a) + (b))
+#define WV_MADD(c, v, acc) ((acc) + (c) * (v))
+#define WV_SCALE(c, v) ((c) * (v))
 #endif
 
 FD_WINLINE WV FD_ISA_FN(wv_zero)(void) {
@@ -51,10 +65,14 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
 FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n, int stream) {
 #if FD_WVEC_BYTES == 64
     if (stream && n >= WL && (uintptr_t)p % sizeof(WV) == 0) {
+#if FD_WINOGRAD_VECTORS
         if (sizeof(FD_REAL) == sizeof(float))
             _mm512_stream_ps((float *)(void *)p, (__m512)v);
         else
             _mm512_stream_pd((double *)(void *)p, (__m512d)v);
+#else
+        FD_CAT(FD_WV_STREAM_, FD_PREFIX)(p, v);
+#endif
         return;
     }
 #else
@@ -80,8 +98,8 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
         FD_UNROLL for (int j_ = 0; j_ < (count); j_++) {                                           \
             const FD_REAL c_ = (FD_REAL)(coef)[j_];                                      \
             if (c_ == 0) continue;                                                       \
-            if (first_) (out) = c_ * (in)[j_];                                           \
-            else (out) += c_ * (in)[j_];                                                 \
+            if (first_) (out) = WV_SCALE(c_, (in)[j_]);                                  \
+            else (out) = WV_MADD(c_, (in)[j_], (out));                                   \
             first_ = 0;                                                                  \
         }                                                                                \
         if (first_) (out) = FD_ISA_FN(wv_zero)();                                        \
@@ -129,13 +147,13 @@ WIN_CASES(WIN_DEFINE)
 #define WIN_OUT_CASE(MY, TY, MX, TX) \
     if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M);
 
-static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 FD_REAL *V) {
     WIN_CASES(WIN_IN_CASE)
     FD_ISA_FN(win_input_tiles_any)(ph, tiles, count, V, ph->fy->n, ph->fx->n, ph->fy->BT, ph->fx->BT);
 }
 
-static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 const FD_REAL *M) {
     WIN_CASES(WIN_OUT_CASE)
     return FD_ISA_FN(win_output_tiles_any)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
@@ -150,5 +168,8 @@ static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, con
 #undef WIN_OUT_CASE
 #undef WIN_IS
 #undef WV_COMBINE
+#undef WV_ADD
+#undef WV_MADD
+#undef WV_SCALE
 #undef WV
 #undef WL
