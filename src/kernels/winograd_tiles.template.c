@@ -12,22 +12,28 @@
 
 #define WV FD_ISA_FN(wvec)
 #define WL ((ptrdiff_t)(sizeof(WV) / sizeof(FD_REAL)))
-/* WV_ADD(a, b) = a + b; for a scalar c, WV_SCALE(c, v) = c*v and WV_MADD(c, v, acc) = acc + c*v */
+/* For a scalar c: WV_SCALED(c, v) = c*v and WV_TIMES(v, c) = v*c; WV_ACC(acc, x): acc += x, and
+ * WV_ACC_SCALED(acc, c, v): acc += c*v. With vector extensions (and scalars) these are the operators
+ * themselves, in the very statements the transforms were written with (clang compiles `acc = acc + x` to
+ * different code than `acc += x`). */
 #if FD_WINOGRAD_VECTORS
 typedef FD_REAL WV __attribute__((vector_size(FD_WVEC_BYTES)));
-#define WV_ADD(a, b) ((a) + (b))
-#define WV_MADD(c, v, acc) ((acc) + (c) * (v))
-#define WV_SCALE(c, v) ((c) * (v))
 #elif defined(FD_WV_TYPE_s)
 typedef FD_CAT(FD_WV_TYPE_, FD_PREFIX) WV;
-#define WV_ADD(a, b) FD_CAT(FD_WV_ADD_, FD_PREFIX)((a), (b))
-#define WV_MADD(c, v, acc) FD_CAT(FD_WV_FMA_, FD_PREFIX)(FD_CAT(FD_WV_SET1_, FD_PREFIX)(c), (v), (acc))
-#define WV_SCALE(c, v) FD_CAT(FD_WV_MUL_, FD_PREFIX)(FD_CAT(FD_WV_SET1_, FD_PREFIX)(c), (v))
 #else
 typedef FD_REAL WV;
-#define WV_ADD(a, b) ((a) + (b))
-#define WV_MADD(c, v, acc) ((acc) + (c) * (v))
-#define WV_SCALE(c, v) ((c) * (v))
+#endif
+#if FD_WINOGRAD_VECTORS || !defined(FD_WV_TYPE_s)
+#define WV_SCALED(c, v) ((c) * (v))
+#define WV_TIMES(v, c) ((v) * (c))
+#define WV_ACC(acc, x) (acc) += (x)
+#define WV_ACC_SCALED(acc, c, v) (acc) += (c) * (v)
+#else
+#define WV_SET1(c) FD_CAT(FD_WV_SET1_, FD_PREFIX)(c)
+#define WV_SCALED(c, v) FD_CAT(FD_WV_MUL_, FD_PREFIX)(WV_SET1(c), (v))
+#define WV_TIMES(v, c) FD_CAT(FD_WV_MUL_, FD_PREFIX)((v), WV_SET1(c))
+#define WV_ACC(acc, x) (acc) = FD_CAT(FD_WV_ADD_, FD_PREFIX)((acc), (x))
+#define WV_ACC_SCALED(acc, c, v) (acc) = FD_CAT(FD_WV_FMA_, FD_PREFIX)(WV_SET1(c), (v), (acc))
 #endif
 
 FD_WINLINE WV FD_ISA_FN(wv_zero)(void) {
@@ -98,8 +104,8 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
         FD_UNROLL for (int j_ = 0; j_ < (count); j_++) {                                           \
             const FD_REAL c_ = (FD_REAL)(coef)[j_];                                      \
             if (c_ == 0) continue;                                                       \
-            if (first_) (out) = WV_SCALE(c_, (in)[j_]);                                  \
-            else (out) = WV_MADD(c_, (in)[j_], (out));                                   \
+            if (first_) (out) = WV_SCALED(c_, (in)[j_]);                                 \
+            else WV_ACC_SCALED(out, c_, (in)[j_]);                                       \
             first_ = 0;                                                                  \
         }                                                                                \
         if (first_) (out) = FD_ISA_FN(wv_zero)();                                        \
@@ -168,8 +174,10 @@ FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_w
 #undef WIN_OUT_CASE
 #undef WIN_IS
 #undef WV_COMBINE
-#undef WV_ADD
-#undef WV_MADD
-#undef WV_SCALE
+#undef WV_SET1
+#undef WV_SCALED
+#undef WV_TIMES
+#undef WV_ACC
+#undef WV_ACC_SCALED
 #undef WV
 #undef WL
