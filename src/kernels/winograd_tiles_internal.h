@@ -27,10 +27,14 @@
  * that the intrinsic code MSVC compiles is tested here. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(FD_WINOGRAD_INTRINSICS)
 #define FD_WINOGRAD_VECTORS 1
-/* the tile loops (at most FD_WINOGRAD_MAX_POINTS long) unrolled, so that constant tables fold */
-#define FD_UNROLL _Pragma("GCC unroll 8")
 #else
 #define FD_WINOGRAD_VECTORS 0
+#endif
+/* the tile loops (at most FD_WINOGRAD_MAX_POINTS long) unrolled, so that constant tables fold (MSVC has no
+ * unroll pragma: its own heuristics decide) */
+#if defined(__GNUC__) || defined(__clang__)
+#define FD_UNROLL _Pragma("GCC unroll 8")
+#else
 #define FD_UNROLL
 #endif
 #define FD_WINLINE static FD_FORCE_INLINE FD_TARGET
