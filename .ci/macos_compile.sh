@@ -61,7 +61,8 @@ for family in gemm winograd_tiles depthwise_rows; do
 done
 # arm64: the NEON depthwise kernels (Advanced SIMD FMLA on q registers)
 arm=$work/arm64-apple-macos11
-fmlas=$(llvm-objdump -d "$arm/src_kernels_depthwise_rows_neon.c.o" | grep -cE "fmla\s+v[0-9]+\.(4s|2d)" || true)
+# (llvm-objdump prints Mach-O arm64 in Apple's syntax: fmla.4s v2, v5, v0)
+fmlas=$(llvm-objdump -d "$arm/src_kernels_depthwise_rows_neon.c.o" | grep -cE "fmla(\.(4s|2d)\s|\s+v[0-9]+\.(4s|2d))" || true)
 echo "arm64: depthwise_rows_neon.c has $fmlas vector FMLAs"
 [ "$fmlas" -gt 0 ] || { echo "macos: no vector FMLAs in depthwise_rows_neon.c for arm64 macOS" >&2; exit 1; }
 echo "macos: all checks passed"
