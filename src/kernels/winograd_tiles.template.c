@@ -29,11 +29,16 @@ typedef FD_REAL WV;
 #define WV_ACC(acc, x) (acc) += (x)
 #define WV_ACC_SCALED(acc, c, v) (acc) += (c) * (v)
 #else
+/* (the coefficients +-1, constants once the tile loops are unrolled, as an addition or a subtraction and
+ * no multiply: with vector operators the compiler does that itself) */
 #define WV_SET1(c) FD_CAT(FD_WV_SET1_, FD_PREFIX)(c)
-#define WV_SCALED(c, v) FD_CAT(FD_WV_MUL_, FD_PREFIX)(WV_SET1(c), (v))
+#define WV_SCALED(c, v) ((c) == 1 ? (v) : FD_CAT(FD_WV_MUL_, FD_PREFIX)(WV_SET1(c), (v)))
 #define WV_TIMES(v, c) FD_CAT(FD_WV_MUL_, FD_PREFIX)((v), WV_SET1(c))
 #define WV_ACC(acc, x) (acc) = FD_CAT(FD_WV_ADD_, FD_PREFIX)((acc), (x))
-#define WV_ACC_SCALED(acc, c, v) (acc) = FD_CAT(FD_WV_FMA_, FD_PREFIX)(WV_SET1(c), (v), (acc))
+#define WV_ACC_SCALED(acc, c, v)                                                        \
+    (acc) = (c) == 1    ? FD_CAT(FD_WV_ADD_, FD_PREFIX)((acc), (v))                    \
+            : (c) == -1 ? FD_CAT(FD_WV_SUB_, FD_PREFIX)((acc), (v))                    \
+                        : FD_CAT(FD_WV_FMA_, FD_PREFIX)(WV_SET1(c), (v), (acc))
 #endif
 
 FD_WINLINE WV FD_ISA_FN(wv_zero)(void) {

@@ -20,11 +20,13 @@ int fd_winograd_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES) 
 #define FD_WV_TYPE_s __m256
 #define FD_WV_SET1_s _mm256_set1_ps
 #define FD_WV_ADD_s _mm256_add_ps
+#define FD_WV_SUB_s _mm256_sub_ps
 #define FD_WV_MUL_s _mm256_mul_ps
 #define FD_WV_FMA_s _mm256_fmadd_ps
 #define FD_WV_TYPE_d __m256d
 #define FD_WV_SET1_d _mm256_set1_pd
 #define FD_WV_ADD_d _mm256_add_pd
+#define FD_WV_SUB_d _mm256_sub_pd
 #define FD_WV_MUL_d _mm256_mul_pd
 #define FD_WV_FMA_d _mm256_fmadd_pd
 

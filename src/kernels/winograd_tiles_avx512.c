@@ -20,11 +20,13 @@ int fd_winograd_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATUR
 #define FD_WV_TYPE_s __m512
 #define FD_WV_SET1_s _mm512_set1_ps
 #define FD_WV_ADD_s _mm512_add_ps
+#define FD_WV_SUB_s _mm512_sub_ps
 #define FD_WV_MUL_s _mm512_mul_ps
 #define FD_WV_FMA_s _mm512_fmadd_ps
 #define FD_WV_TYPE_d __m512d
 #define FD_WV_SET1_d _mm512_set1_pd
 #define FD_WV_ADD_d _mm512_add_pd
+#define FD_WV_SUB_d _mm512_sub_pd
 #define FD_WV_MUL_d _mm512_mul_pd
 #define FD_WV_FMA_d _mm512_fmadd_pd
 #define FD_WV_STREAM_s _mm512_stream_ps

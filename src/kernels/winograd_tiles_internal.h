@@ -21,8 +21,9 @@
  *  - GCC and clang: a generic vector of FD_WVEC_BYTES (one zmm, ymm or xmm register; on AArch64 a NEON q
  *    register) and its operators, with the tile loops unrolled so that constant tables fold.
  *  - MSVC (no vector extensions): in the SIMD files their ISA's intrinsic vector type and operations, which
- *    each file names per element type (FD_WV_TYPE_s, FD_WV_SET1_s, FD_WV_ADD_s, FD_WV_MUL_s, FD_WV_FMA_s,
- *    FD_WV_STREAM_s for AVX-512, and the same with _d); in the portable clone one element at a time.
+ *    each file names per element type (FD_WV_TYPE_s, FD_WV_SET1_s, FD_WV_ADD_s, FD_WV_SUB_s, FD_WV_MUL_s,
+ *    FD_WV_FMA_s, FD_WV_STREAM_s for AVX-512, and the same with _d); in the portable clone one element at a
+ *    time.
  * A build with -DFD_WINOGRAD_INTRINSICS takes the MSVC way on GCC/clang too (tests/c/build.sh runs it), so
  * that the intrinsic code MSVC compiles is tested here. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(FD_WINOGRAD_INTRINSICS)
