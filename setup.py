@@ -24,7 +24,7 @@ from setuptools.command.build_ext import build_ext
 
 # src/ holds C only, in role folders; each layer includes only the ones below it:
 #   algorithms/  the algorithm table (algorithms.c), which instantiates every algorithms/*.template.c
-#   kernels/     the GEMM (one file per ISA, and the run-time ISA dispatch), depthwise and Winograd kernels
+#   kernels/     the GEMM, depthwise and Winograd kernels (each: one file per ISA, and its run-time ISA dispatch)
 #   runtime/     the thread pool, the weight fingerprint and the headers every layer shares
 C_SOURCES = [
     "src/runtime/pool.c",
@@ -34,19 +34,29 @@ C_SOURCES = [
     "src/kernels/gemm_avx512.c",
     "src/kernels/gemm_neon.c",
     "src/kernels/depthwise_rows.c",
+    "src/kernels/depthwise_rows_avx2.c",
+    "src/kernels/depthwise_rows_avx512.c",
+    "src/kernels/depthwise_rows_neon.c",
     "src/kernels/winograd_tiles.c",
+    "src/kernels/winograd_tiles_avx2.c",
+    "src/kernels/winograd_tiles_avx512.c",
     "src/kernels/planar_rows.c",
     "src/algorithms/algorithms.c",
     "src/runtime/fingerprint.c",
     "src/runtime/cpu_features.c",
 ]
 
-# MSVC has no per-function target attributes: the GEMM's per-ISA files are compiled whole for their ISA
-# (src/kernels/gemm_internal.h; the run-time check covers what these flags let the compiler use). GCC and
-# clang compile every file at the baseline and the kernels carry target attributes.
+# MSVC has no per-function target attributes: the kernels' per-ISA files (GEMM, Winograd transforms,
+# depthwise rows) are compiled whole for their ISA (src/kernels/gemm_internal.h; the run-time check covers
+# what these flags let the compiler use). GCC and clang compile every file at the baseline and the kernels
+# carry target attributes. .ci/windows.sh checks these files' MSVC branches with the same features.
 MSVC_ARCH_FLAGS = {
     "src/kernels/gemm_avx2.c": ["/arch:AVX2"],
     "src/kernels/gemm_avx512.c": ["/arch:AVX512"],
+    "src/kernels/winograd_tiles_avx2.c": ["/arch:AVX2"],
+    "src/kernels/winograd_tiles_avx512.c": ["/arch:AVX512"],
+    "src/kernels/depthwise_rows_avx2.c": ["/arch:AVX2"],
+    "src/kernels/depthwise_rows_avx512.c": ["/arch:AVX512"],
 }
 
 

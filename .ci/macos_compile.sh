@@ -5,8 +5,9 @@
 # Darwin macro __nonnull (a nullability keyword that would clash with glibc's macro) undefined.
 # What it proves: with __APPLE__/__MACH__ and each Darwin target's predefined macros and ABI, every
 # source (every src/**/*.c except the *.template.c files, which the others include, and src/third_party,
-# which is included through fingerprint.c) compiles without a warning; on x86_64 the AVX2 / AVX-512 GEMM
-# objects hold ymm / zmm FMAs and no object references ___cpu_model / ___cpu_indicator_init (what
+# which is included through fingerprint.c) compiles without a warning; on x86_64 the AVX2 / AVX-512 files
+# of the GEMM, the Winograd transforms and the depthwise rows hold ymm / zmm FMAs, on arm64 the NEON
+# depthwise file vector FMLAs, and no object references ___cpu_model / ___cpu_indicator_init (what
 # __builtin_cpu_supports needs and Apple's toolchain is reported not to provide: the kernels' checks are
 # src/runtime/cpu_features.c's own cpuid/xgetbv). What it does not prove: that the Apple SDK's headers
 # declare what glibc's do, that Apple's clang (a different version) accepts the code, or that the
@@ -50,9 +51,18 @@ if llvm-nm "$x86"/*.o | grep -E "cpu_model|cpu_indicator_init|cpu_features2"; th
     exit 1
 fi
 echo "x86_64: no object references ___cpu_model"
-for isa in avx2:ymm avx512:zmm; do
-    fmas=$(llvm-objdump -d "$x86/src_kernels_gemm_${isa%%:*}.c.o" | grep -cE "vfmadd[0-9a-z]+.*%${isa#*:}" || true)
-    echo "x86_64: gemm_${isa%%:*}.c has $fmas ${isa#*:} FMAs"
-    [ "$fmas" -gt 0 ] || { echo "macos: no ${isa#*:} FMAs in gemm_${isa%%:*}.c for x86_64 macOS" >&2; exit 1; }
+for family in gemm winograd_tiles depthwise_rows; do
+    for isa in avx2:ymm avx512:zmm; do
+        f=${family}_${isa%%:*}.c
+        fmas=$(llvm-objdump -d "$x86/src_kernels_$f.o" | grep -cE "vfmadd[0-9a-z]+.*%${isa#*:}" || true)
+        echo "x86_64: $f has $fmas ${isa#*:} FMAs"
+        [ "$fmas" -gt 0 ] || { echo "macos: no ${isa#*:} FMAs in $f for x86_64 macOS" >&2; exit 1; }
+    done
 done
+# arm64: the NEON depthwise kernels (Advanced SIMD FMLA on q registers)
+arm=$work/arm64-apple-macos11
+# (llvm-objdump prints Mach-O arm64 in Apple's syntax: fmla.4s v2, v5, v0)
+fmlas=$(llvm-objdump -d "$arm/src_kernels_depthwise_rows_neon.c.o" | grep -cE "fmla(\.(4s|2d)\s|\s+v[0-9]+\.(4s|2d))" || true)
+echo "arm64: depthwise_rows_neon.c has $fmlas vector FMLAs"
+[ "$fmlas" -gt 0 ] || { echo "macos: no vector FMLAs in depthwise_rows_neon.c for arm64 macOS" >&2; exit 1; }
 echo "macos: all checks passed"

@@ -3,7 +3,8 @@
 #
 # 1. mingw-w64 (x86_64-w64-mingw32-gcc, the GCC/clang code paths: target attributes, the pool's Win32
 #    threads): every C source in src/ compiled; the GEMM harness (tests/c/test_gemm.c, every ISA this
-#    CPU has; AVX-512 reports "not supported" where the CPU lacks it) and the thread-pool harness
+#    CPU has; AVX-512 reports "not supported" where the CPU lacks it), the algorithm harness's quick set
+#    (tests/c/test_algorithms.c, likewise) and the thread-pool harness
 #    (tests/c/test_pool.c; no fork() on Windows) linked and run under wine; no object references
 #    libgcc's __cpu_model (the kernels' run-time checks are src/runtime/cpu_features.c's cpuid/xgetbv).
 # 2. MSVC's view of the sources, emulated with clang (no MSVC here): --target=x86_64-pc-windows-msvc
@@ -12,13 +13,14 @@
 #    stand in for the Windows SDK's (clang's own stdint/stddef: LLP64). What it proves: with _MSC_VER
 #    and without __GNUC__/__clang__, every source but pool.c and fingerprint.c (see below) parses and
 #    type-checks with MS extensions;
-#    gemm_avx2.c / gemm_avx512.c do so with /arch:AVX2 / /arch:AVX512's features (setup.py's
-#    MSVC_ARCH_FLAGS) and compile (clang) to ymm / zmm FMAs; no GCC-only construct (__attribute__,
+#    the per-ISA kernel files (gemm_, winograd_tiles_, depthwise_rows_ avx2.c / avx512.c) do so with
+#    /arch:AVX2 / /arch:AVX512's features (setup.py's MSVC_ARCH_FLAGS, which must list exactly these six
+#    files) and compile (clang) to ymm / zmm FMAs; no GCC-only construct (__attribute__,
 #    __builtin_*, __atomic_*, inline asm, GCC pragmas, <cpuid.h>) is left in the project's own code after
 #    preprocessing (pool.c included: its Windows SDK headers are empty stand-ins there); the MSVC
 #    branches are the ones taken (cpuid through __cpuidex/_xgetbv, __forceinline, Interlocked*/SRWLOCK
-#    in the pool), and the Winograd and depthwise SIMD clones are absent (portable on MSVC, as
-#    show_config() reports). What it does not prove: that cl.exe accepts every construct clang's MS mode
+#    in the pool, the Winograd transforms' intrinsics instead of GCC vectors), and the Winograd and
+#    depthwise SIMD clones are present. What it does not prove: that cl.exe accepts every construct clang's MS mode
 #    does, that the Windows SDK's declarations match the stand-ins, or anything about MSVC's code
 #    generation: only a Windows machine with MSVC (the cibuildwheel job) settles those.
 # The tools are installed with apt-get when absent (CI runs as root on Debian); if they still are not
@@ -61,12 +63,22 @@ echo "-- mingw-w64: harnesses under wine"
 $mingw -static -pthread src/kernels/gemm_dispatch.c src/kernels/gemm_portable.c src/kernels/gemm_avx2.c \
     src/kernels/gemm_avx512.c src/kernels/gemm_neon.c src/runtime/cpu_features.c tests/c/test_gemm.c -o "$work/test_gemm.exe"
 $mingw -static -pthread src/runtime/pool.c tests/c/test_pool.c -o "$work/test_pool.exe"
+# every algorithm against the naive reference (the quick set), with the depthwise and Winograd kernels' per-ISA files
+$mingw -static -pthread src/kernels/gemm_dispatch.c src/kernels/gemm_portable.c src/kernels/gemm_avx2.c \
+    src/kernels/gemm_avx512.c src/kernels/gemm_neon.c src/runtime/cpu_features.c \
+    src/kernels/depthwise_rows.c src/kernels/depthwise_rows_avx2.c src/kernels/depthwise_rows_avx512.c \
+    src/kernels/depthwise_rows_neon.c src/kernels/winograd_tiles.c src/kernels/winograd_tiles_avx2.c \
+    src/kernels/winograd_tiles_avx512.c src/algorithms/algorithms.c tests/c/test_algorithms.c -o "$work/test_algorithms.exe"
 export WINEPREFIX="$work/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
 wineboot -i >/dev/null 2>&1 || true
 wine "$work/test_gemm.exe" 2>&1 | tr -d '\r' | tee "$work/gemm.log"
 grep -q "^all tests passed" "$work/gemm.log" || { echo "windows: test_gemm.exe failed" >&2; exit 1; }
 grep -q "avx2 *ok" "$work/gemm.log" || grep -q "avx2 *not supported" "$work/gemm.log" \
     || { echo "windows: test_gemm.exe did not report the avx2 path" >&2; exit 1; }
+wine "$work/test_algorithms.exe" quick 2>&1 | tr -d '\r' | tee "$work/algorithms.log"
+grep -q "^all [0-9]* cases passed" "$work/algorithms.log" || { echo "windows: test_algorithms.exe failed" >&2; exit 1; }
+grep -q "^  avx2 .* ok$" "$work/algorithms.log" || grep -q "^  avx2 .*not supported" "$work/algorithms.log" \
+    || { echo "windows: test_algorithms.exe did not pass on the avx2 path" >&2; exit 1; }
 wine "$work/test_pool.exe" 2>&1 | tr -d '\r' | tee "$work/pool.log"
 grep -q "(win32)" "$work/pool.log" || { echo "windows: the pool's Win32 branch did not run" >&2; exit 1; }
 grep -q "^pool: all checks passed" "$work/pool.log" || { echo "windows: test_pool.exe failed" >&2; exit 1; }
@@ -95,14 +107,24 @@ EOF
 cl=(clang --target=x86_64-pc-windows-msvc -fms-compatibility -fms-extensions -U__clang__ -U__GNUC__
     -Wno-builtin-macro-redefined -ffreestanding -include "$msvc/prelude.h" -idirafter /usr/include
     -idirafter /usr/include/x86_64-linux-gnu -idirafter "$msvc/include" -Isrc -std=c11 -Wall -Werror)
+simd_files="gemm winograd_tiles depthwise_rows"   # the kernel families with avx2 / avx512 files
 arch_flags() {   # clang's equivalent of setup.py's MSVC_ARCH_FLAGS for one source
     case "$1" in
-        src/kernels/gemm_avx2.c) echo "-mavx2 -mfma -mbmi -mbmi2 -mlzcnt" ;;
-        src/kernels/gemm_avx512.c) echo "-mavx2 -mfma -mbmi -mbmi2 -mlzcnt -mavx512f -mavx512cd -mavx512vl -mavx512bw -mavx512dq" ;;
+        src/kernels/*_avx2.c) echo "-mavx2 -mfma -mbmi -mbmi2 -mlzcnt" ;;
+        src/kernels/*_avx512.c) echo "-mavx2 -mfma -mbmi -mbmi2 -mlzcnt -mavx512f -mavx512cd -mavx512vl -mavx512bw -mavx512dq" ;;
     esac
 }
-grep -q '"src/kernels/gemm_avx2.c": \["/arch:AVX2"\]' setup.py && grep -q '"src/kernels/gemm_avx512.c": \["/arch:AVX512"\]' setup.py \
-    || { echo "windows: setup.py's MSVC_ARCH_FLAGS changed: update arch_flags here" >&2; exit 1; }
+# setup.py's MSVC_ARCH_FLAGS: exactly the avx2 / avx512 file of each family, with its /arch: flag
+arch_table=$(sed -n '/^MSVC_ARCH_FLAGS = {/,/^}/p' setup.py | grep -o '"src/[^"]*": \["[^"]*"\]' | sort)
+expected_table=$(for family in $simd_files; do
+    echo "\"src/kernels/${family}_avx2.c\": [\"/arch:AVX2\"]"
+    echo "\"src/kernels/${family}_avx512.c\": [\"/arch:AVX512\"]"
+done | sort)
+[ "$arch_table" = "$expected_table" ] || {
+    printf 'windows: setup.py MSVC_ARCH_FLAGS:\n%s\nexpected:\n%s\n' "$arch_table" "$expected_table" >&2; exit 1; }
+for f in src/kernels/*_avx2.c src/kernels/*_avx512.c; do
+    echo "$expected_table" | grep -qF "\"$f\"" || { echo "windows: $f has no /arch: flag in setup.py" >&2; exit 1; }
+done
 for f in $sources; do
     name=$(echo "$f" | tr / _)
     # shellcheck disable=SC2046
@@ -137,15 +159,30 @@ expect src/kernels/gemm_avx2.c present 'fd_cpu_supports_all'
 expect src/kernels/gemm_avx512.c present '_mm512_fmadd_pd'
 expect src/runtime/pool.c present 'InterlockedCompareExchange64'
 expect src/runtime/pool.c present 'SRWLOCK'
-expect src/kernels/winograd_tiles.c absent 'winograd_input_avx2'
-expect src/kernels/depthwise_rows.c absent 'depthwise_rows_avx2'
+# the Winograd transforms and the depthwise kernels: their SIMD clones, MSVC spellings (intrinsics for the
+# Winograd vectors, no empty asm)
+for isa in avx2:_mm256 avx512:_mm512; do
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" present "fd_swinograd_input_${isa%%:*}\\("
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" present "fd_dwinograd_output_${isa%%:*}\\("
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" present "${isa#*:}_fmadd_ps"
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" present '__forceinline'
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" absent 'vector_size'
+    expect "src/kernels/winograd_tiles_${isa%%:*}.c" present 'fd_cpu_supports_all'
+    expect "src/kernels/depthwise_rows_${isa%%:*}.c" present "fd_sconv_depthwise_rows_${isa%%:*}\\("
+    expect "src/kernels/depthwise_rows_${isa%%:*}.c" present "${isa#*:}_fmadd_pd"
+    expect "src/kernels/depthwise_rows_${isa%%:*}.c" present 'fd_cpu_supports_all'
+done
+expect src/kernels/winograd_tiles_avx512.c present '_mm512_stream_ps'
+expect src/kernels/depthwise_rows_avx512.c present 'fd_sdepthwise_rows_avx512_c1'
 # the /arch files compiled by clang in MS mode: ymm / zmm FMAs
-for isa in avx2:ymm avx512:zmm; do
-    f=src/kernels/gemm_${isa%%:*}.c
-    # shellcheck disable=SC2046
-    "${cl[@]}" -O2 $(arch_flags "$f") -c "$f" -o "$msvc/${isa%%:*}.obj"
-    fmas=$(objdump -d "$msvc/${isa%%:*}.obj" | grep -cE "vfmadd[0-9a-z]+ .*%${isa#*:}" || true)
-    echo "$f (MSVC branch, clang MS mode): $fmas ${isa#*:} FMAs"
-    [ "$fmas" -gt 0 ] || { echo "windows: no ${isa#*:} FMAs in $f's MSVC build" >&2; exit 1; }
+for family in $simd_files; do
+    for isa in avx2:ymm avx512:zmm; do
+        f=src/kernels/${family}_${isa%%:*}.c
+        # shellcheck disable=SC2046
+        "${cl[@]}" -O2 $(arch_flags "$f") -c "$f" -o "$msvc/${family}_${isa%%:*}.obj"
+        fmas=$(objdump -d "$msvc/${family}_${isa%%:*}.obj" | grep -cE "vfmadd[0-9a-z]+ .*%${isa#*:}" || true)
+        echo "$f (MSVC branch, clang MS mode): $fmas ${isa#*:} FMAs"
+        [ "$fmas" -gt 0 ] || { echo "windows: no ${isa#*:} FMAs in $f's MSVC build" >&2; exit 1; }
+    done
 done
 echo "windows: all checks passed"

@@ -250,7 +250,7 @@ def build_info():
     isas = {name: bool(fd_gemm_isa_supported(i)) for i, name in enumerate(names)}
     # Per ISA path, the kernel families that have code of their own for it in this build (compiled in,
     # whatever this CPU supports); a family not listed runs its portable code on that path (every
-    # family on a path that is not compiled in; the Winograd transforms and depthwise rows on MSVC).
+    # family on a path that is not compiled in; the Winograd transforms on neon).
     compiled = {name: [family for family, has in (("gemm", fd_gemm_isa_compiled(i)),
                                                  ("winograd", fd_winograd_isa_compiled(i)),
                                                  ("depthwise", fd_depthwise_isa_compiled(i)),

@@ -3,8 +3,8 @@
  * (groups == C_in, any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
  * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small, so it is a direct
- * kernel vectorised over output channels, bound by memory: the microkernel in kernels/depthwise_rows.c
- * (one clone per ISA), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
+ * kernel vectorised over output channels, bound by memory: the microkernel in kernels/depthwise_rows*.c
+ * (one clone per ISA, a file each), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */

@@ -2,8 +2,8 @@
  * any channel multiplier Cog = C_out/C_in), an algorithm template (see algorithm.h).
  *
  * A GEMM would have K = taps and N = Cog, far too small, so this is a direct kernel vectorised
- * over channels and bound by memory: the microkernel in kernels/depthwise_rows.c (one clone per ISA)
- * visits only each output phase's taps, with wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog].
+ * over channels and bound by memory: the microkernel in kernels/depthwise_rows*.c (one clone per ISA,
+ * a file each) visits only each output phase's taps, with wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog].
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */

@@ -1,4 +1,4 @@
-/* The depthwise microkernels (depthwise_rows.c), dispatched by the GEMM's ISA choice; no workspace.
+/* The depthwise microkernels (depthwise_rows.c, depthwise_rows_<isa>.c), dispatched by the GEMM's ISA choice; no workspace.
  *
  * fd_?depthwise_rows: rows [row_begin, row_end) of the N*Ho output rows of a transposed convolution
  * with groups == C_in. wr is the weight reordered to (kH, kW, C_out); taps_y/taps_x are the
@@ -20,7 +20,7 @@ int fd_dconv_depthwise_rows(const fd_geometry *geo, const double *x, const doubl
                             ptrdiff_t row_begin, ptrdiff_t row_end);
 
 /* 1 if the kernels have a clone of their own for the GEMM's ISA id `isa` (gemm.h) in this build (an ISA
- * without one runs the portable clone: every non-x86 ISA, and AVX2/AVX-512 on MSVC). */
+ * without one, or whose files are not compiled in, runs the portable clone). */
 int fd_depthwise_isa_compiled(int isa);
 
 #endif

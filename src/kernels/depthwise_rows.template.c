@@ -1,6 +1,6 @@
 /* Depthwise transposed convolution (groups == C_in, one input channel per group),
- * a direct kernel vectorised over channels (included by depthwise_rows.c per type
- * and ISA).
+ * a direct kernel vectorised over channels (included per type by depthwise_rows.c, the portable
+ * clone, and depthwise_rows_<isa>.c, after depthwise_rows_internal.h).
  *
  * With Cog = C_out / C_in outputs per input channel and wr[ky, kx, c] = w[c / Cog, ky, kx, c % Cog]
  * (the weight reordered once to (kH, kW, C_out)):
@@ -25,7 +25,12 @@ FD_TARGET static void FD_ISA_FN(depthwise_axpy)(FD_REAL *FD_RESTRICT acc, const 
     }
 }
 
-FD_TARGET int FD_ISA_FN(depthwise_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y,
+/* The transposed kernel, named FD_ISA_FN(depthwise_rows) unless the ISA's file renames it (FD_DW_ROWS_NAME) to
+ * wrap it in kernels of its own. */
+#ifndef FD_DW_ROWS_NAME
+#define FD_DW_ROWS_NAME depthwise_rows
+#endif
+FD_TARGET int FD_ISA_FN(FD_DW_ROWS_NAME)(const fd_geometry *geo, const ptrdiff_t *taps_y,
                                                const ptrdiff_t *taps_x, const FD_REAL *FD_RESTRICT x,
                                                const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
                                                FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
@@ -72,7 +77,7 @@ FD_TARGET int FD_ISA_FN(depthwise_rows)(const fd_geometry *geo, const ptrdiff_t 
  * x is zero outside the image and those taps ARE terms of the sum, as in the formula, torch and
  * fastdeconv.reference: 0 * wr is added, so an Inf or NaN weight on a padding tap gives NaN.
  *
- * The SIMD clones (FD_DW_SIMD, vector helpers FD_ISA_FN(dw_*) from depthwise_rows.c) vectorise over
+ * The SIMD clones (FD_DW_SIMD, vector helpers FD_ISA_FN(dw_*) from depthwise_rows_<isa>.c) vectorise over
  * output channels and block DW_TILE output pixels of a row in registers: each weight vector is loaded
  * once per tap row and, for the common dense kernels (3 or 5 wide, stride 1 or 2, no dilation), each
  * input vector once per tile and tap row (a GEMM would have K = kH*kW and N = Cog, hopeless). Pixels
@@ -85,7 +90,7 @@ FD_TARGET int FD_ISA_FN(depthwise_rows)(const fd_geometry *geo, const ptrdiff_t 
 #define DW_IDX FD_ISA_FN(dwi)
 #define DW_LANES FD_ISA_FN(dw_lanes)
 #define DW_TILE FD_ISA_FN(dw_tile)
-#define DW_INLINE static inline __attribute__((always_inline)) FD_TARGET
+#define DW_INLINE static FD_FORCE_INLINE FD_TARGET
 
 /* One block of output channels [c0, c0 + lanes) and, with a channel multiplier, the input channels
  * it reads: [src, src + src_count), spread over the lanes by idx (lane l reads (c0 + l)/Cog - src). */
@@ -122,7 +127,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
     DW_VEC acc[16];
     int j;
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
     for (j = 0; j < OXB; j++) acc[j] = bias_v;
     for (ptrdiff_t ky = 0; ky < kH; ky++) {
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
@@ -130,7 +135,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
         if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
                 const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
                 for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
             }
             continue;
@@ -139,11 +144,11 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
         if (KWC) {
             DW_VEC w[8];
             int i, kx;
-#pragma GCC unroll 8
+FD_UNROLL_BY(8)
             for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
             const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
             /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
-#pragma GCC unroll 64
+FD_UNROLL_BY(64)
             for (i = 0; i < (OXB - 1) * SWC + KWC; i++) {
                 DW_VEC xv;
                 if (CHECK) {
@@ -156,9 +161,9 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
                     xv = FD_ISA_FN(dw_x)(MULT, FULL, x_col, b);
                     FD_DW_KEEP(xv);
                     x_col += Cin;
-                    __asm__("" : "+r"(x_col));
+                    FD_DW_KEEP_PTR(x_col);
                 }
-#pragma GCC unroll 8
+FD_UNROLL_BY(8)
                 for (kx = 0; kx < KWC; kx++) {
                     const int d = i - kx;
                     if (d >= 0 && d % SWC == 0 && d / SWC < OXB)
@@ -168,7 +173,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
         } else {
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
                 const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
                 for (j = 0; j < OXB; j++) {
                     const ptrdiff_t ix = ix0 + j * sW + kx * dW;
                     const DW_VEC xv = !CHECK || (ix >= 0 && ix < W) ? FD_ISA_FN(dw_x)(MULT, FULL, x_row + ix * Cin, b)
@@ -178,7 +183,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
             }
         }
     }
-#pragma GCC unroll 16
+FD_UNROLL_BY(16)
     for (j = 0; j < OXB; j++) {
         FD_REAL *yp = y_row + (ox0 + j) * C + b->c0;
         if (FULL) FD_ISA_FN(dw_store)(yp, acc[j]);

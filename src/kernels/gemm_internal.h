@@ -7,14 +7,15 @@
 #include "gemm.h"
 #include "runtime/cpu_features.h"
 
-/* x86-64 SIMD kernels (AVX2, AVX-512), built in one of two ways:
+/* x86-64 SIMD kernels (AVX2, AVX-512): every kernel family (GEMM, Winograd transforms, depthwise rows) has
+ * one file per ISA (gemm_avx2.c, winograd_tiles_avx2.c, depthwise_rows_avx2.c, ... _avx512.c), built in
+ * one of two ways:
  *  - GCC and clang (FD_X86_TARGET_ATTRIBUTES): per-function target attributes, the rest of the build at
- *    the baseline ISA; every SIMD kernel family (GEMM, Winograd transforms, depthwise rows).
- *  - MSVC (not clang-cl): no per-function targets. The GEMM's per-ISA files (gemm_avx2.c,
- *    gemm_avx512.c) are compiled with /arch:AVX2 and /arch:AVX512 by setup.py; the Winograd transforms
- *    (GCC vector extensions) and the depthwise rows (inline asm, always_inline clones of one file) stay
- *    portable there, and build_info()/show_config() say so (fd_winograd_isa_compiled,
- *    fd_depthwise_isa_compiled).
+ *    the baseline ISA.
+ *  - MSVC (not clang-cl): no per-function targets; setup.py compiles each whole file with /arch:AVX2 or
+ *    /arch:AVX512 (MSVC_ARCH_FLAGS). The GCC-only constructs of the templates (vector extensions, empty
+ *    asm, unroll pragmas) have MSVC spellings or none there (winograd_tiles_internal.h,
+ *    depthwise_rows_internal.h).
  * Elsewhere (arm64, ...) the x86 SIMD files compile to "unsupported" stubs. */
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(FD_GEMM_NO_SIMD) && \
     (defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER))
@@ -153,6 +154,26 @@ typedef void (*fd_dgemm_indirect_fn)(size_t M, size_t N, size_t T, size_t Kc, co
                                  int flags) {                                                                 \
         fd_dgemm_indirect_portable(M, N, T, Kc, a_rows, packed_b, bias, c_rows, flags);                       \
     }
+
+/* The kernel families beside the GEMM (Winograd transforms, depthwise rows) dispatch on the GEMM's ISA choice
+ * through a table like gemm_dispatch.c's: indexed by the GEMM's ISA ids (FD_ISA_COUNT rows), a row per ISA the
+ * family has files for (the others all zero), each row's `available` its files' fd_<family>_<isa>_available()
+ * (1, 0 or -1 as for the GEMM: the CPU has every feature the file was compiled for, it has not, not compiled
+ * in). FD_ISA_ROW_LOOKUP(fn, row_type, table) defines `static const row_type *fn(int isa)`: the row a call
+ * runs when the GEMM's choice is `isa`, that ISA's own if this CPU can run it, else the nearest lower id's
+ * that it can (the ids of one architecture ascend with the ISA, as the GEMM's best_supported_isa assumes:
+ * avx512, then avx2, then portable; neon, then the x86 stubs (never runnable), then portable); the portable
+ * row (id 0) always runs. FD_ISA_ROW_COMPILED(table, isa): the family has code of its own for `isa` in this
+ * build. */
+#define FD_ISA_ROW_RUNNABLE(row) ((row).available != NULL && (row).available() > 0)
+#define FD_ISA_ROW_LOOKUP(fn, row_type, table)                                             \
+    static const row_type *fn(int isa) {                                                   \
+        if (isa < 0 || isa >= FD_ISA_COUNT) isa = FD_ISA_PORTABLE;                          \
+        while (isa > FD_ISA_PORTABLE && !FD_ISA_ROW_RUNNABLE(table[isa])) isa--;            \
+        return &table[isa];                                                                \
+    }
+#define FD_ISA_ROW_COMPILED(table, isa) \
+    ((isa) >= 0 && (isa) < FD_ISA_COUNT && (table)[isa].available != NULL && (table)[isa].available() >= 0)
 
 /* A run-time choice resolved once from the CPU (cpuid) and overridable by tests: -1 until resolved.
  * Resolution is idempotent, so threads racing to it store the same value; loads and stores are atomic

@@ -63,9 +63,9 @@ FD_WINLINE void FD_ISA_FN(FD_CAT(win_out_, FD_WIN_BODY))(const int ny, const int
             if (b < skip_cols) continue;
             WV out;
             WV_COMBINE(out, nx, ATx + b * nx, t);
-            out += b0;
+            WV_ACC(out, b0);
             FD_ISA_FN(wv_stream)(row + (b - skip_cols) * y_col, out, n, stream);
-            *guard += out * (FD_REAL)0;
+            WV_ACC(*guard, WV_TIMES(out, (FD_REAL)0));
         }
     }
 }

@@ -1,7 +1,8 @@
 /* The Winograd tile transforms of the "winograd" algorithm (src/algorithms/deconv_winograd.template.c),
- * float and double, compiled once per ISA (portable, AVX2, AVX-512 through function target attributes,
- * never -march) and dispatched at run time by the GEMM's ISA choice (fd_gemm_get_isa), so
- * FASTDECONV_ISA and fd_gemm_set_isa force every path here too (src/kernels/winograd_tiles.c).
+ * float and double, compiled once per ISA (portable in winograd_tiles.c; AVX2, AVX-512 in a file each,
+ * through function target attributes on GCC/clang, never -march, /arch: on MSVC) and dispatched at run time
+ * by the GEMM's ISA choice (fd_gemm_get_isa), so FASTDECONV_ISA and fd_gemm_set_isa force every path here
+ * too (src/kernels/winograd_tiles.c).
  *
  * One stride phase of a transposed convolution with dilation 1 is a stride-1 correlation over the
  * phase's output grid (jy, jx), jy < Jy, jx < Jx:
@@ -90,7 +91,7 @@ int fd_swinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *til
 int fd_dwinograd_output(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count, const double *M);
 
 /* 1 if the transforms have a clone of their own for the GEMM's ISA id `isa` (gemm.h) in this build (an
- * ISA without one runs the portable clone: every non-x86 ISA, and AVX2/AVX-512 on MSVC). */
+ * ISA without one runs the portable clone: every non-x86 ISA; on AArch64 that clone is NEON code). */
 int fd_winograd_isa_compiled(int isa);
 
 /* Non-temporal output stores. A layer whose output (all images, bytes) is at least

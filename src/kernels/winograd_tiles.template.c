@@ -1,19 +1,44 @@
 /* The Winograd tile transforms (see winograd_tiles.h), instantiated per ISA (FD_ISA, FD_TARGET,
- * FD_WVEC_BYTES) and per element type (FD_REAL, FD_PREFIX) by winograd_tiles.c.
+ * FD_WVEC_BYTES) and per element type (FD_REAL, FD_PREFIX) by winograd_tiles.c (portable) and
+ * winograd_tiles_<isa>.c, after winograd_tiles_internal.h.
  *
- * Channels are processed one vector at a time (a GCC/clang vector of FD_WVEC_BYTES: one zmm, one ymm or
- * one xmm register; a scalar elsewhere); a tile's ny*nx points of one channel vector stay in registers
- * through both passes. The transform matrices are static tables: for the tiles the algorithm uses, the
- * always-inline bodies are instantiated with the table itself, so the compiler unrolls the loops,
- * drops the zero coefficients and turns the +-1 ones into additions. Other tiles run the same code
- * with the coefficients read at run time. */
+ * Channels are processed one vector at a time (WV: a GCC/clang vector of FD_WVEC_BYTES: one zmm, one ymm
+ * or one xmm register; on MSVC the ISA's intrinsic vector, or a scalar in the portable clone:
+ * winograd_tiles_internal.h); a tile's ny*nx points of one channel vector stay in registers through both
+ * passes. The transform matrices are static tables: for the tiles the algorithm uses, the always-inline
+ * bodies are instantiated with the table itself, so the compiler unrolls the loops, drops the zero
+ * coefficients and turns the +-1 ones into additions. Other tiles run the same code with the coefficients
+ * read at run time. */
 
 #define WV FD_ISA_FN(wvec)
 #define WL ((ptrdiff_t)(sizeof(WV) / sizeof(FD_REAL)))
+/* For a scalar c: WV_SCALED(c, v) = c*v and WV_TIMES(v, c) = v*c; WV_ACC(acc, x): acc += x, and
+ * WV_ACC_SCALED(acc, c, v): acc += c*v. With vector extensions (and scalars) these are the operators
+ * themselves, in the very statements the transforms were written with (clang compiles `acc = acc + x` to
+ * different code than `acc += x`). */
 #if FD_WINOGRAD_VECTORS
 typedef FD_REAL WV __attribute__((vector_size(FD_WVEC_BYTES)));
+#elif defined(FD_WV_TYPE_s)
+typedef FD_CAT(FD_WV_TYPE_, FD_PREFIX) WV;
 #else
 typedef FD_REAL WV;
+#endif
+#if FD_WINOGRAD_VECTORS || !defined(FD_WV_TYPE_s)
+#define WV_SCALED(c, v) ((c) * (v))
+#define WV_TIMES(v, c) ((v) * (c))
+#define WV_ACC(acc, x) (acc) += (x)
+#define WV_ACC_SCALED(acc, c, v) (acc) += (c) * (v)
+#else
+/* (the coefficients +-1, constants once the tile loops are unrolled, as an addition or a subtraction and
+ * no multiply: with vector operators the compiler does that itself) */
+#define WV_SET1(c) FD_CAT(FD_WV_SET1_, FD_PREFIX)(c)
+#define WV_SCALED(c, v) ((c) == 1 ? (v) : FD_CAT(FD_WV_MUL_, FD_PREFIX)(WV_SET1(c), (v)))
+#define WV_TIMES(v, c) FD_CAT(FD_WV_MUL_, FD_PREFIX)((v), WV_SET1(c))
+#define WV_ACC(acc, x) (acc) = FD_CAT(FD_WV_ADD_, FD_PREFIX)((acc), (x))
+#define WV_ACC_SCALED(acc, c, v)                                                        \
+    (acc) = (c) == 1    ? FD_CAT(FD_WV_ADD_, FD_PREFIX)((acc), (v))                    \
+            : (c) == -1 ? FD_CAT(FD_WV_SUB_, FD_PREFIX)((acc), (v))                    \
+                        : FD_CAT(FD_WV_FMA_, FD_PREFIX)(WV_SET1(c), (v), (acc))
 #endif
 
 FD_WINLINE WV FD_ISA_FN(wv_zero)(void) {
@@ -51,10 +76,14 @@ FD_WINLINE void FD_ISA_FN(wv_store)(FD_REAL *p, WV v, ptrdiff_t n) {
 FD_WINLINE void FD_ISA_FN(wv_stream)(FD_REAL *p, WV v, ptrdiff_t n, int stream) {
 #if FD_WVEC_BYTES == 64
     if (stream && n >= WL && (uintptr_t)p % sizeof(WV) == 0) {
+#if FD_WINOGRAD_VECTORS
         if (sizeof(FD_REAL) == sizeof(float))
             _mm512_stream_ps((float *)(void *)p, (__m512)v);
         else
             _mm512_stream_pd((double *)(void *)p, (__m512d)v);
+#else
+        FD_CAT(FD_WV_STREAM_, FD_PREFIX)(p, v);
+#endif
         return;
     }
 #else
@@ -80,8 +109,8 @@ FD_WINLINE void FD_ISA_FN(wv_stream_fence)(int stream) {
         FD_UNROLL for (int j_ = 0; j_ < (count); j_++) {                                           \
             const FD_REAL c_ = (FD_REAL)(coef)[j_];                                      \
             if (c_ == 0) continue;                                                       \
-            if (first_) (out) = c_ * (in)[j_];                                           \
-            else (out) += c_ * (in)[j_];                                                 \
+            if (first_) (out) = WV_SCALED(c_, (in)[j_]);                                 \
+            else WV_ACC_SCALED(out, c_, (in)[j_]);                                       \
             first_ = 0;                                                                  \
         }                                                                                \
         if (first_) (out) = FD_ISA_FN(wv_zero)();                                        \
@@ -129,13 +158,13 @@ WIN_CASES(WIN_DEFINE)
 #define WIN_OUT_CASE(MY, TY, MX, TX) \
     if (WIN_IS(ph->fy, MY, TY) && WIN_IS(ph->fx, MX, TX)) return WIN_KIND_FN(win_out, MY, TY, MX, TX)(ph, tiles, count, M);
 
-static FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+FD_TARGET void FD_ISA_FN(winograd_input)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 FD_REAL *V) {
     WIN_CASES(WIN_IN_CASE)
     FD_ISA_FN(win_input_tiles_any)(ph, tiles, count, V, ph->fy->n, ph->fx->n, ph->fy->BT, ph->fx->BT);
 }
 
-static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
+FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, const fd_winograd_tile *tiles, ptrdiff_t count,
                                                 const FD_REAL *M) {
     WIN_CASES(WIN_OUT_CASE)
     return FD_ISA_FN(win_output_tiles_any)(ph, tiles, count, M, ph->fy->n, ph->fx->n, ph->fy->m, ph->fx->m, ph->fy->AT,
@@ -150,5 +179,10 @@ static FD_TARGET int FD_ISA_FN(winograd_output)(const fd_winograd_phase *ph, con
 #undef WIN_OUT_CASE
 #undef WIN_IS
 #undef WV_COMBINE
+#undef WV_SET1
+#undef WV_SCALED
+#undef WV_TIMES
+#undef WV_ACC
+#undef WV_ACC_SCALED
 #undef WV
 #undef WL

@@ -61,10 +61,18 @@ fi
 
 # Every algorithm of src/algorithms on every supported ISA, float32 and float64, against a naive reference;
 # then the quick set under valgrind and ASan + UBSan, as for the GEMM.
-algorithm_sources="$gemm_sources $kernels/depthwise_rows.c $kernels/winograd_tiles.c $kernels/planar_rows.c $root/src/algorithms/algorithms.c \
-    $here/test_algorithms.c"
+# (the depthwise and Winograd kernels: a dispatch file with the portable clone, and one file per SIMD ISA)
+kernel_sources="$kernels/depthwise_rows.c $kernels/depthwise_rows_avx2.c $kernels/depthwise_rows_avx512.c \
+    $kernels/depthwise_rows_neon.c $kernels/winograd_tiles.c $kernels/winograd_tiles_avx2.c $kernels/winograd_tiles_avx512.c $kernels/planar_rows.c"
+algorithm_sources="$gemm_sources $kernel_sources $root/src/algorithms/algorithms.c $here/test_algorithms.c"
 $CC -O2 -g -std=c99 -ffp-contract=fast -Wall -Wextra -I"$root/src" $algorithm_sources -o "$out/test_algorithms" -lm
 "$out/test_algorithms"
+# The Winograd transforms as MSVC compiles them (intrinsics instead of GCC vector extensions:
+# src/kernels/winograd_tiles_internal.h), here through GCC's/clang's target attributes.
+echo "Winograd transforms with intrinsics (their MSVC code, -DFD_WINOGRAD_INTRINSICS):"
+$CC -O2 -g -std=c99 -ffp-contract=fast -Wall -Wextra -DFD_WINOGRAD_INTRINSICS -I"$root/src" $algorithm_sources \
+    -o "$out/test_algorithms_intrinsics" -lm
+"$out/test_algorithms_intrinsics"
 if command -v valgrind >/dev/null 2>&1; then
     echo "valgrind:"
     valgrind -q --error-exitcode=1 "$out/test_algorithms" quick
