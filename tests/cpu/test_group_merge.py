@@ -122,14 +122,18 @@ def test_all_finite(dtype):
 
 
 def test_planar_keeps_its_groups():
-    """A transposed layer of few channels per group chooses "planar", which runs its groups as they are
-    (merged, it would multiply the zeros between them), and matches the reference."""
+    """"planar" runs its groups as they are (merged, it would multiply the zeros between them) and matches
+    the reference; the automatic choice for such a layer merges the groups onto another algorithm."""
     rng = np.random.default_rng(11)
     w = rng.standard_normal((32, 4, 4, 4)).astype(np.float32)
     x = rng.standard_normal((2, 7, 6, 32)).astype(np.float32)
-    layer = fastdeconv.ConvTranspose2d(w, None, stride=2, padding=1, groups=8)
+    layer = fastdeconv.ConvTranspose2d(w, None, stride=2, padding=1, groups=8, algorithm="planar")
     got = layer(x)
     (backend_layer,) = layer._layers.values()
     assert layer.algorithm == "planar" and backend_layer._merge == 1
+    automatic = fastdeconv.ConvTranspose2d(w, None, stride=2, padding=1, groups=8)
+    automatic(x)
+    (backend_layer,) = automatic._layers.values()
+    assert automatic.algorithm != "planar" and backend_layer._merge > 1
     want = reference_conv_transpose2d(x.astype(np.float64), w.astype(np.float64), None, stride=2, padding=1, groups=8)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
