@@ -68,7 +68,7 @@ $mingw -static -pthread src/kernels/gemm_dispatch.c src/kernels/gemm_portable.c 
     src/kernels/gemm_avx512.c src/kernels/gemm_neon.c src/runtime/cpu_features.c \
     src/kernels/depthwise_rows.c src/kernels/depthwise_rows_avx2.c src/kernels/depthwise_rows_avx512.c \
     src/kernels/depthwise_rows_neon.c src/kernels/winograd_tiles.c src/kernels/winograd_tiles_avx2.c \
-    src/kernels/winograd_tiles_avx512.c src/algorithms/algorithms.c tests/c/test_algorithms.c -o "$work/test_algorithms.exe"
+    src/kernels/winograd_tiles_avx512.c src/kernels/planar_rows.c src/algorithms/algorithms.c tests/c/test_algorithms.c -o "$work/test_algorithms.exe"
 export WINEPREFIX="$work/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
 wineboot -i >/dev/null 2>&1 || true
 wine "$work/test_gemm.exe" 2>&1 | tr -d '\r' | tee "$work/gemm.log"
