@@ -72,38 +72,43 @@ static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES
 #define FD_PLANAR_X86_CLONES 0
 #endif
 
-int fd_planar_isa_compiled(int isa) {
-    return isa == FD_ISA_PORTABLE || (FD_PLANAR_X86_CLONES && (isa == FD_ISA_AVX2 || isa == FD_ISA_AVX512));
-}
-
+static int planar_portable_available(void) { return 1; }
 #if FD_PLANAR_X86_CLONES
-#define PLANAR_X86_CASES(prefix)                                                                            \
-    case FD_ISA_AVX512:                                                                                      \
-        if (FD_CPU_SUPPORTS(FD_AVX512_FEATURES))                                                             \
-            return fd_##prefix##planar_rows_avx512(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end, \
-                                                   col_begin, col_end, ring);                               \
-        /* fall through */                                                                                   \
-    case FD_ISA_AVX2:                                                                                        \
-        if (FD_CPU_SUPPORTS(FD_AVX2_FEATURES))                                                               \
-            return fd_##prefix##planar_rows_avx2(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end,   \
-                                                 col_begin, col_end, ring);                                 \
-        break;
-#else
-#define PLANAR_X86_CASES(prefix)
+static int planar_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES) ? 1 : 0; }
+static int planar_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) ? 1 : 0; }
 #endif
+
+typedef struct {
+    int (*available)(void);
+    int (*srows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const float *, const float *,
+                 const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, void *);
+    int (*drows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const double *, const double *,
+                 const double *, double *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, void *);
+} planar_clone;
+
+/* Indexed by the GEMM's ISA id (gemm.h); an ISA without a clone of its own (NEON: the portable clone is
+ * NEON code there; every SIMD ISA on MSVC) has no row and runs the nearest lower one (FD_ISA_ROW_LOOKUP). */
+#define PLANAR_CLONE(id, isa) [id] = {planar_##isa##_available, fd_splanar_rows_##isa, fd_dplanar_rows_##isa},
+static const planar_clone planar_clones[FD_ISA_COUNT] = {
+    PLANAR_CLONE(FD_ISA_PORTABLE, portable)
+#if FD_PLANAR_X86_CLONES
+    PLANAR_CLONE(FD_ISA_AVX2, avx2)
+    PLANAR_CLONE(FD_ISA_AVX512, avx512)
+#endif
+};
+#undef PLANAR_CLONE
+
+FD_ISA_ROW_LOOKUP(planar_clone_for, planar_clone, planar_clones)
+
+int fd_planar_isa_compiled(int isa) { return FD_ISA_ROW_COMPILED(planar_clones, isa); }
 
 #define FD_PLANAR_DISPATCH(prefix, real)                                                                       \
     int fd_##prefix##planar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,     \
                                  const real *x, const real *wp, const real *bias, real *y, ptrdiff_t row_begin, \
                                  ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, void *ring)        \
     {                                                                                                          \
-        switch (FD_PLANAR_X86_CLONES ? fd_gemm_get_isa() : FD_ISA_PORTABLE) {                                  \
-        PLANAR_X86_CASES(prefix)                                                                               \
-        default:                                                                                               \
-            break;                                                                                             \
-        }                                                                                                      \
-        return fd_##prefix##planar_rows_portable(geo, taps_y, taps_x, x, wp, bias, y, row_begin, row_end,     \
-                                                 col_begin, col_end, ring);                                   \
+        return planar_clone_for(fd_gemm_get_isa())->prefix##rows(geo, taps_y, taps_x, x, wp, bias, y, row_begin, \
+                                                                 row_end, col_begin, col_end, ring);           \
     }
 
 FD_PLANAR_DISPATCH(s, float)
