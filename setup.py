@@ -13,6 +13,7 @@ ASan runtime must be preloaded to import it:
     LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 pytest tests/cpu/test_cpu_vs_reference.py
 """
 
+import concurrent.futures
 import glob
 import os
 import sys
@@ -90,6 +91,33 @@ def compile_with_per_file_flags(compiler, per_file):
     compiler.compile = compile
 
 
+def compile_in_parallel(compiler):
+    """Make a Unix compiler (GCC, clang) compile an extension's sources in parallel, one job a core: build_ext
+    compiles one file after another, and the per-ISA kernel files take seconds each. The body is
+    CCompiler.compile's own, with its loop over the objects handed to a thread pool (each job is a compiler
+    process)."""
+    jobs = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+    if jobs < 2:
+        return
+
+    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                extra_postargs=None, depends=None):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def compile_one(obj):
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            # list(): the first compiler error is raised here
+            list(pool.map(compile_one, [obj for obj in objects if obj in build]))
+        return objects
+
+    compiler.compile = compile
+
+
 class BuildExt(build_ext):
     def run(self):
         # Objects and an up-to-date extension from the other mode (sanitized or not) must not be
@@ -132,6 +160,8 @@ class BuildExt(build_ext):
                 ext.extra_link_args += SANITIZE_LINK
         if not unix:
             compile_with_per_file_flags(self.compiler, MSVC_ARCH_FLAGS)
+        elif all(hasattr(self.compiler, name) for name in ("_setup_compile", "_get_cc_args", "_compile")):
+            compile_in_parallel(self.compiler)
         if sanitize:
             print(f"fastdeconv: SANITIZER build ({' '.join(SANITIZE_COMPILE)}); import it with "
                   "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0")
