@@ -12,7 +12,9 @@
  *   GEMM shape (|P|, kH*kW*Cig) @ (kH*kW*Cig, Cog) per group; B is the group's
  *   weight slice transposed, packed once per layer (see PackedLayer).
  * With fewer than IM2COL_DENSE_MAX_CIG channels per group, each chunk's rows are copied into a contiguous
- * A (one row of kH*kW*Cig per pixel, zeros in the padding: terms of the formula) and multiplied as one tap.
+ * A (one row of kH*kW*Cig per pixel, zeros in the padding: terms of the formula) and multiplied as one tap;
+ * without groups and dilation along W, only the pixels at the image's left and right edges are copied,
+ * the others read their kH kernel rows (taps of kW*Cin) in place (im2col_row_taps).
  * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each
  * group); threads take disjoint bands, or, when the images have fewer pixels than a group has output
  * channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
@@ -44,13 +46,24 @@ static int im2col_dense(const fd_geometry *geo) {
     return geo->in_channels / geo->groups < IM2COL_DENSE_MAX_CIG;
 }
 
+/* A dense A whose kernel rows are read in place: without groups and dilation along W, the kW taps of one
+ * kernel row are kW adjacent pixels, kW*Cin contiguous elements of x. A pixel whose taps are all inside
+ * the image along W then needs no copy: its A row is kH pointers (taps of kW*Cin elements) into x, or to
+ * a row of zeros above and below the image (terms 0 * w of the formula, as in the copy). Only the
+ * pixels at the left and right edges are copied. B is the same matrix either way (K in (ky, kx, i)
+ * order), and so is every sum's order: the results are the same bits as the copy's. */
+static int im2col_row_taps(const fd_geometry *geo) {
+    return im2col_dense(geo) && geo->groups == 1 && geo->dilation_w == 1;
+}
+
 /* The indirect GEMM's pointers, then (dense A) chunk rows of kH*kW*Cig elements: at most about
- * FD_GEMM_CHUNK_BYTES, since the chunk is sized by that row length. */
+ * FD_GEMM_CHUNK_BYTES, since the chunk is sized by that row length; one more row of zeros for the
+ * row taps above and below the image. */
 static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
     fd_workspace ws = fd_indirect_gemm_workspace(geo, dtype);
     if (im2col_dense(geo))
-        ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)ws.chunk * (size_t)(geo->kernel_h * geo->kernel_w) *
-                   (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
+        ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)(ws.chunk + 1) *
+                   (size_t)(geo->kernel_h * geo->kernel_w) * (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
     return ws;
 }
 
@@ -123,6 +136,45 @@ static void FD_FN(im2col_dense_rows)(const fd_geometry *geo, const FD_REAL *FD_R
     }
 }
 
+/* Row taps (im2col_row_taps) for pixels [p0, p0 + M) of image n's output: a_rows[m*kH + ky] is kernel row
+ * ky (kW*Cin elements) of pixel m. For a pixel whose taps are all inside the image along W, that is x
+ * itself, or `zeros` above and below the image; for the others, the pixel's row copied into `dense`. */
+static void FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, ptrdiff_t n,
+                                       ptrdiff_t p0, ptrdiff_t M, FD_REAL *FD_RESTRICT dense, const FD_REAL *zeros,
+                                       const FD_REAL **a_rows)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Wo = geo->out_w;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, K = kH * kW * Cin, sW = geo->stride_w, pl = geo->pad_left;
+    /* output columns [inside_first, inside_end) read only inside the image along W */
+    const ptrdiff_t inside_first = pl > 0 ? fd_ceil_div(pl, sW) : 0;
+    const ptrdiff_t inside_end = W - kW + pl >= 0 ? (W - kW + pl) / sW + 1 : 0;
+    ptrdiff_t oy = p0 / Wo, ox = p0 % Wo;
+    for (ptrdiff_t m = 0; m < M;) {
+        const ptrdiff_t run = Wo - ox < M - m ? Wo - ox : M - m;   /* pixels left in this output row */
+        const ptrdiff_t lo = inside_first > ox ? inside_first : ox;
+        const ptrdiff_t hi = inside_end < ox + run ? inside_end : ox + run;
+        for (ptrdiff_t ky = 0; ky < kH; ky++) {
+            const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+            const FD_REAL **to = a_rows + m * kH + ky;   /* pixel o's pointer: to[(o - ox) * kH] */
+            if (iy >= 0 && iy < H) {
+                const FD_REAL *x_row = x + ((n * H + iy) * W) * Cin;
+                for (ptrdiff_t o = lo; o < hi; o++) to[(o - ox) * kH] = x_row + (o * sW - pl) * Cin;
+            } else {
+                for (ptrdiff_t o = lo; o < hi; o++) to[(o - ox) * kH] = zeros;
+            }
+        }
+        for (ptrdiff_t o = ox; o < ox + run; o++) {
+            if (o >= lo && o < hi) continue;
+            const ptrdiff_t row = m + o - ox;
+            FD_FN(im2col_dense_rows)(geo, x, n, 0, oy * Wo + o, 1, dense + row * K);
+            for (ptrdiff_t ky = 0; ky < kH; ky++) a_rows[row * kH + ky] = dense + row * K + ky * kW * Cin;
+        }
+        m += run;
+        ox = 0;
+        oy++;
+    }
+}
+
 static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed,
                                    const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t n,
                                    ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t col_begin, ptrdiff_t col_end,
@@ -140,19 +192,25 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
     const int finite = *(const int *)fd_blob_part(packed, IM2COL_FINITE);
     const FD_REAL *outside = finite ? NULL : (const FD_REAL *)fd_blob_part(packed, IM2COL_ZEROS);
     const size_t K = (size_t)(T * Cig);
+    /* row taps: the zeros after the chunk's rows of `dense` */
+    FD_REAL *zeros = dense != NULL && im2col_row_taps(geo) ? dense + (size_t)chunk_pixels * K : NULL;
+    if (zeros != NULL) memset(zeros, 0, K * sizeof(FD_REAL));
 
     const ptrdiff_t first = oy_begin * Wo, last = oy_end * Wo;
+    FD_REAL *const y_pixels = y + n * Ho * Wo * Cout;   /* image n's output pixel p is y_pixels[p * Cout...] */
     for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
         const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
         for (ptrdiff_t g = 0; g < G; g++) {
             if (dense != NULL && Cig > 0) {
-                FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
-                for (ptrdiff_t m = 0; m < M; m++) {
-                    const ptrdiff_t oy = (p0 + m) / Wo, ox = (p0 + m) % Wo;
-                    a_rows[m] = dense + (size_t)m * K;
-                    c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog + col_begin;
+                if (zeros != NULL) {
+                    FD_FN(im2col_row_tap_rows)(geo, x, n, p0, M, dense, zeros, a_rows);
+                } else {
+                    FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
+                    for (ptrdiff_t m = 0; m < M; m++) a_rows[m] = dense + (size_t)m * K;
                 }
-                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, 1, K, a_rows,
+                for (ptrdiff_t m = 0; m < M; m++) c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
+                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, zeros != NULL ? (size_t)kH : 1,
+                                     zeros != NULL ? K / (size_t)kH : K, a_rows,
                                      (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin,
                                      bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
                 continue;
@@ -167,7 +225,7 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                         a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : outside;
                     }
                 }
-                c_rows[m] = y + ((n * Ho + oy) * Wo + ox) * Cout + g * Cog + col_begin;
+                c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
             }
             if (Cig == 0) {
                 for (ptrdiff_t m = 0; m < M; m++)

@@ -71,6 +71,8 @@ static const layer layers[] = {
     {1, 4, 37, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, 0, 0},   /* depthwise, rows of whole 16-pixel tiles, part vectors */
     {1, 5, 40, 3, 9, 5, 5, 2, 2, 1, 1, 2, 2, 3, 1, 1},   /* depthwise, multiplier 3, k5 s2 */
     {1, 3, 21, 5, 5, 3, 3, 1, 1, 2, 2, 2, 2, 5, 0, 0},   /* depthwise, dilation 2: the generic tiles */
+    {2, 9, 13, 3, 7, 3, 4, 2, 3, 2, 1, 2, 2, 1, 0, 0},   /* 3 inputs, dilation along H only: im2col's row taps */
+    {1, 3, 2, 3, 5, 3, 5, 1, 3, 1, 1, 2, 3, 1, 0, 0},    /* kernel wider than the image: no row tap in place */
 };
 
 static fd_geometry geometry_of(const layer *l, int transposed) {
