@@ -50,6 +50,8 @@
  *   neon   f32:  5 x 16 (20 q-register acc), two tiles per 32-wide panel (AArch64, gemm_neon.c)
  *   neon   f64:  5 x 8  (20 q-register acc)
  *   portable:    4 x 8 f32 / 4 x 4 f64 plain C arrays (GCC: SLP-vectorised, SSE2/NEON)
+ * A call of at most 4 rows (a convolution's 2x2 output, a deconvolution's 2x2 input: the whole weight
+ * read once for a few pixels) takes 4-row tiles of the same widths that prefetch B ahead of the loads.
  * Why P = 2 vectors: 2 B loads + MR broadcasts per 2*MR FMAs keeps the load ports far
  * below the FMA rate, and two accumulator columns give enough independent chains;
  * the 16-wide granule keeps N = 16 (1x1/2x2 deconvs with 4-16 channels) padding-free.

@@ -24,12 +24,20 @@
 /* elements of A in a 64-byte cache line */
 #define FD_A_LINE (64 / (int)sizeof(FD_REAL))
 
+/* A GEMM of at most this many rows (a convolution of a 2x2 output over a large weight, a deconvolution of a
+ * 2x2 input) runs tiles of this many rows instead of the wide/narrow tiles' 6-12, which would compute the
+ * missing rows as copies of the last, and streams B (read once by the whole call, from memory when the
+ * weight is large) with software prefetches FD_STREAM_AHEAD_BYTES ahead: a row tile this short has
+ * too few FMAs per B line to hide the misses the hardware prefetcher leaves. */
+#define FD_SHORT_MR 4
+#define FD_STREAM_AHEAD_BYTES 1536
+
 /* SKIP (a constant): a_rows entries may be NULL (gemm.h, FD_GEMM_SKIP_NULL). A tap missing from
  * every row of the tile is skipped; one missing from some rows runs for all of them (those rows
  * read another row's A) and the missing rows' accumulators are put back afterwards, so they never
  * see the product. The plain instantiation (SKIP = 0) is unchanged. */
 static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(tile)(
-    const int MR, const int NV, const int SKIP, size_t mr, size_t nc, size_t T, size_t Kc,
+    const int MR, const int NV, const int SKIP, const int STREAM, size_t mr, size_t nc, size_t T, size_t Kc,
     const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows,
     size_t n, int accumulate) {
     FD_VEC acc[FD_TILE_MAX_MR][FD_TILE_MAX_NV];
@@ -95,6 +103,13 @@ FD_UNROLL_BY(4)
             if ((k & (FD_A_LINE - 1)) == 0 && k + 2 * FD_A_LINE < Kc) {
 FD_UNROLL_BY(32)
                 for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k + 2 * FD_A_LINE);
+            }
+            /* STREAM (a constant): B's line this far ahead, while it is still in this tap's rows */
+            if (STREAM && k + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) < Kc) {
+FD_UNROLL_BY(4)
+                for (v = 0; v < NV; v++)
+                    FD_PREFETCH_READ(bk + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) * b_stride +
+                                     v * FD_LANES);
             }
 FD_UNROLL_BY(4)
             for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
@@ -212,25 +227,28 @@ static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, s
     return 0;
 }
 
-/* The four tile kernels: wide/narrow, plain/skipping NULL taps. The plain ones are inlined into
- * rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
-#define FD_DEFINE_TILE(name, MR, NV, SKIP, attributes)                                                           \
+/* The tile kernels: wide/narrow, plain/skipping NULL taps/short and streaming B (FD_SHORT_MR). The plain
+ * ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
+#define FD_DEFINE_TILE(name, MR, NV, SKIP, STREAM, attributes)                                                   \
     static attributes FD_TARGET void FD_SIMD_FN(name)(size_t mr, size_t nc, size_t T, size_t Kc,                 \
                                                       const FD_REAL *const *a_rows, const FD_REAL *b,             \
                                                       size_t b_stride, const FD_REAL *bias,                       \
                                                       FD_REAL *const *c_rows, size_t n, int accumulate) {         \
-        FD_SIMD_FN(tile)(MR, NV, SKIP, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate);        \
+        FD_SIMD_FN(tile)(MR, NV, SKIP, STREAM, mr, nc, T, Kc, a_rows, b, b_stride, bias, c_rows, n, accumulate); \
     }
-FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, )
-FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, )
+FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, 0, )
+FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, 0, )
 /* GCC 12 loses track of acc[][] through the save/restore (a false "may be used uninitialized":
  * every acc[i][v] with i < MR, v < NV is set from the bias first; the code is register-only). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, FD_NOINLINE)
-FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, FD_NOINLINE)
+FD_DEFINE_TILE(tile_wide_skip, FD_WIDE_MR, FD_WIDE_NV, 1, 0, FD_NOINLINE)
+FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, 0, FD_NOINLINE)
+/* short tiles skip NULL taps too (a tap found in no row costs a check of FD_SHORT_MR pointers) */
+FD_DEFINE_TILE(tile_wide_short, FD_SHORT_MR, FD_WIDE_NV, 1, 1, FD_NOINLINE)
+FD_DEFINE_TILE(tile_narrow_short, FD_SHORT_MR, FD_NARROW_NV, 1, 1, FD_NOINLINE)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -359,7 +377,10 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
                 const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
                 const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr * T);
                 for (j = 0; j < valid; j += wide) {
-                    if (sparse)
+                    if (M <= FD_SHORT_MR)
+                        FD_SIMD_FN(tile_wide_short)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
+                                                    c_rows + m0, n0 + j, accumulate);
+                    else if (sparse)
                         FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width, bias,
                                                    c_rows + m0, n0 + j, accumulate);
                     else
@@ -372,7 +393,10 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
                 const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
                 const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr * T);
                 for (j = 0; j < valid; j += narrow) {
-                    if (sparse)
+                    if (M <= FD_SHORT_MR)
+                        FD_SIMD_FN(tile_narrow_short)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width,
+                                                      bias, c_rows + m0, n0 + j, accumulate);
+                    else if (sparse)
                         FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, Kc, a_rows + m0 * T, panel + j, width,
                                                      bias, c_rows + m0, n0 + j, accumulate);
                     else
@@ -396,6 +420,8 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 }
 
 #undef FD_A_LINE
+#undef FD_SHORT_MR
+#undef FD_STREAM_AHEAD_BYTES
 #undef FD_TILE_MAX_MR
 #undef FD_TILE_MAX_NV
 
