@@ -13,8 +13,9 @@
  *   weight slice transposed, packed once per layer (see PackedLayer).
  * With fewer than IM2COL_DENSE_MAX_CIG channels per group, each chunk's rows are copied into a contiguous
  * A (one row of kH*kW*Cig per pixel, zeros in the padding: terms of the formula) and multiplied as one tap;
- * without groups and dilation along W, only the pixels at the image's left and right edges are copied,
- * the others read their kH kernel rows (taps of kW*Cin) in place (im2col_row_taps).
+ * without groups and dilation along W, and below IM2COL_ROW_TAPS_MAX_CIN channels, only the pixels at the
+ * image's left and right edges are copied, the others read their kH kernel rows (taps of kW*Cin) in place
+ * (im2col_row_taps).
  * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each
  * group); threads take disjoint bands, or, when the images have fewer pixels than a group has output
  * channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
@@ -46,22 +47,25 @@ static int im2col_dense(const fd_geometry *geo) {
     return geo->in_channels / geo->groups < IM2COL_DENSE_MAX_CIG;
 }
 
-/* A dense A whose kernel rows are read in place: without groups and dilation along W, the kW taps of one
- * kernel row are kW adjacent pixels, kW*Cin contiguous elements of x. A pixel whose taps are all inside
- * the image along W then needs no copy: its A row is kH pointers (taps of kW*Cin elements) into x, or to
- * a row of zeros above and below the image (terms 0 * w of the formula, as in the copy). Only the
- * pixels at the left and right edges are copied. B is the same matrix either way (K in (ky, kx, i)
- * order), and so is every sum's order: the results are the same bits as the copy's. */
+/* Kernel rows read in place (row taps) below this many input channels: without groups and dilation along
+ * W, the kW taps of one kernel row are kW adjacent pixels, kW*Cin contiguous elements of x. A pixel whose
+ * taps are all inside the image along W then needs no copy: its A row is kH pointers (taps of kW*Cin
+ * elements) into x, or to a row of zeros above and below the image (terms 0 * w of the formula, as in the
+ * copy). Only the pixels at the left and right edges are copied. B is the same matrix either way (K in
+ * (ky, kx, i) order), and so is every sum's order: the results are the same bits as the dense copy's. A
+ * tap of 16-63 channels would otherwise cost a pointer per 16-63 FMAs. */
+#define IM2COL_ROW_TAPS_MAX_CIN 64
+
 static int im2col_row_taps(const fd_geometry *geo) {
-    return im2col_dense(geo) && geo->groups == 1 && geo->dilation_w == 1;
+    return geo->groups == 1 && geo->dilation_w == 1 && geo->in_channels < IM2COL_ROW_TAPS_MAX_CIN;
 }
 
-/* The indirect GEMM's pointers, then (dense A) chunk rows of kH*kW*Cig elements: at most about
+/* The indirect GEMM's pointers, then (dense A or row taps) chunk rows of kH*kW*Cig elements: at most about
  * FD_GEMM_CHUNK_BYTES, since the chunk is sized by that row length; one more row of zeros for the
  * row taps above and below the image. */
 static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
     fd_workspace ws = fd_indirect_gemm_workspace(geo, dtype);
-    if (im2col_dense(geo))
+    if (im2col_dense(geo) || im2col_row_taps(geo))
         ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)(ws.chunk + 1) *
                    (size_t)(geo->kernel_h * geo->kernel_w) * (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
     return ws;
@@ -126,7 +130,13 @@ static void FD_FN(im2col_dense_rows)(const fd_geometry *geo, const FD_REAL *FD_R
             }
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
                 const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
-                FD_FN(im2col_copy_short)(row + kx * Cig, x_row != NULL && ix >= 0 && ix < W ? x_row + ix * Cin : NULL, Cig);
+                const FD_REAL *from = x_row != NULL && ix >= 0 && ix < W ? x_row + ix * Cin : NULL;
+                if (Cig < IM2COL_DENSE_MAX_CIG)
+                    FD_FN(im2col_copy_short)(row + kx * Cig, from, Cig);
+                else if (from != NULL)   /* the edge pixels of row taps (im2col_row_taps) */
+                    memcpy(row + kx * Cig, from, (size_t)Cig * sizeof(FD_REAL));
+                else
+                    memset(row + kx * Cig, 0, (size_t)Cig * sizeof(FD_REAL));
             }
         }
         if (++ox == Wo) {
@@ -215,8 +225,7 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                                      bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
                 continue;
             }
-            for (ptrdiff_t m = 0; m < M; m++) {
-                const ptrdiff_t oy = (p0 + m) / Wo, ox = (p0 + m) % Wo;
+            for (ptrdiff_t m = 0, oy = p0 / Wo, ox = p0 % Wo; m < M; m++) {
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
                     const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
                     for (ptrdiff_t kx = 0; kx < kW; kx++) {
@@ -226,6 +235,10 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                     }
                 }
                 c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
+                if (++ox == Wo) {
+                    ox = 0;
+                    oy++;
+                }
             }
             if (Cig == 0) {
                 for (ptrdiff_t m = 0; m < M; m++)
@@ -270,7 +283,7 @@ static int FD_FN(im2col_run)(const fd_operands *op, const fd_task *t, void *work
 {
     const FD_REAL **a_rows = (const FD_REAL **)workspace;
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk * op->geo->kernel_h * op->geo->kernel_w);
-    FD_REAL *dense = im2col_dense(op->geo) ? (FD_REAL *)((char *)workspace + fd_round_up((size_t)op->chunk *
+    FD_REAL *dense = im2col_dense(op->geo) || im2col_row_taps(op->geo) ? (FD_REAL *)((char *)workspace + fd_round_up((size_t)op->chunk *
                          (size_t)(op->geo->kernel_h * op->geo->kernel_w + 1) * sizeof(void *), FD_BLOB_ALIGN)) : NULL;
     return FD_FN(conv_im2col_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
                                    (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
