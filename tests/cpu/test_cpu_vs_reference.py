@@ -175,6 +175,13 @@ NAMED_CONV = {
                                      padding=((2, 1), (0, 3))),
     "winograd_bands": Case(op="c", hw=(40, 130), c_in=64, c_out=20, kernel=(3, 3), padding=(0, 1)),
     "winograd_small_output": Case(op="c", n=2, hw=(3, 4), c_in=32, c_out=16, kernel=(3, 3), padding=1),
+    # im2col's row taps (fewer than 64 input channels, no groups, no dilation along W): kernel rows read in
+    # place, edge pixels copied (partial taps of 3 channels; whole taps of 20), rows above and below the
+    # image as zeros, dilation along H, a kernel wider than the image (every pixel an edge pixel)
+    "row_taps_rgb_stem": Case(op="c", n=2, hw=(17, 19), c_in=3, c_out=20, kernel=(3, 3), stride=2, padding=1),
+    "row_taps_20_channels": Case(op="c", hw=(9, 14), c_in=20, c_out=9, kernel=(4, 3), stride=(1, 2),
+                                 dilation=(2, 1), padding=((3, 1), (2, 1))),
+    "row_taps_kernel_wider_than_image": Case(op="c", hw=(5, 3), c_in=4, c_out=6, kernel=(2, 5), padding=(0, 2)),
 }
 
 
