@@ -253,7 +253,14 @@ static void run_sweep(int quick) {
             check_s(37, 70, 8, 512, 2, 0, 1);
             check_s(29, 64, 9, 64, 1, 0, 1);
             check_d(29, 64, 9, 64, 0, 0, 1);
+            check_s(37, 70, 8, 512, 0, 0, 1);   /* large K with NULL taps */
+            check_d(26, 40, 1, 700, 1, 0, 1);
         }
+        /* B panels of over 256 rows (K = 600, 350) with several row tiles, NULL taps and partial panels; in
+           the quick set too (valgrind, ASan) */
+        check_s(30, 33, 2, 300, 1, 0, 1);
+        check_d(30, 33, 2, 300, 0, 1, 1);
+        check_s(27, 48, 7, 50, 0, 0, 1);
         printf("  %-8s %s\n", fd_gemm_isa_name(isa), failures == before ? "ok" : "FAILED");
     }
 }
@@ -276,11 +283,12 @@ static const bench_shape shapes[] = {
 };
 
 /* a_rows point into an NHWC image (row = pixel, stride = Kc): tap t of output row
- * m reads pixel m + dx + dy*W of a W=64 wide image (2x2 or 3x3 neighbourhood). */
+ * m reads pixel m + dx + dy*W of a W=64 wide image (2x2, 3x3 or 4x4 neighbourhood; other T: a column
+ * of T pixels), inside an image of M + T*(W + 1) pixels. */
 #define DEFINE_BENCH(REAL, P)                                                                                  \
     static double bench_##P(const bench_shape *s, int reps) {                                                  \
         const size_t M = s->M, N = s->N, T = s->T, Kc = s->Kc, K = T * Kc, W = 64;                             \
-        const size_t side = T == 9 ? 3 : T == 4 ? 2 : 1, pixels = M + side * W + side;                         \
+        const size_t side = T == 16 ? 4 : T == 9 ? 3 : T == 4 ? 2 : 1, pixels = M + T * (W + 1);              \
         REAL *image = xmalloc(pixels * Kc * sizeof(REAL));                                                     \
         REAL *b = xmalloc(K * N * sizeof(REAL));                                                               \
         REAL *packed = xmalloc(fd_##P##gemm_packed_size(K, N) * sizeof(REAL) + 64);                            \
