@@ -53,11 +53,16 @@ static int im2col_dense(const fd_geometry *geo) {
  * elements) into x, or to a row of zeros above and below the image (terms 0 * w of the formula, as in the
  * copy). Only the pixels at the left and right edges are copied. B is the same matrix either way (K in
  * (ky, kx, i) order), and so is every sum's order: the results are the same bits as the dense copy's. A
- * tap of 16-63 channels would otherwise cost a pointer per 16-63 FMAs. */
+ * tap of 16-63 channels would otherwise cost a pointer per 16-63 FMAs. Above the dense copy's channels, only
+ * kernels of at most IM2COL_ROW_TAPS_MAX_K taps x channels: the edge pixels' copies take a chunk of rows of
+ * that length (the dense copy's workspace), which would otherwise grow with the kernel's area. */
 #define IM2COL_ROW_TAPS_MAX_CIN 64
+#define IM2COL_ROW_TAPS_MAX_K 4096
 
 static int im2col_row_taps(const fd_geometry *geo) {
-    return geo->groups == 1 && geo->dilation_w == 1 && geo->in_channels < IM2COL_ROW_TAPS_MAX_CIN;
+    return geo->groups == 1 && geo->dilation_w == 1 &&
+           (im2col_dense(geo) || (geo->in_channels < IM2COL_ROW_TAPS_MAX_CIN &&
+                                  geo->kernel_h * geo->kernel_w * geo->in_channels <= IM2COL_ROW_TAPS_MAX_K));
 }
 
 /* The indirect GEMM's pointers, then (dense A or row taps) chunk rows of kH*kW*Cig elements: at most about

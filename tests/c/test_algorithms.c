@@ -74,6 +74,7 @@ static const layer layers[] = {
     {2, 9, 13, 3, 7, 3, 4, 2, 3, 2, 1, 2, 2, 1, 0, 0},   /* 3 inputs, dilation along H only: im2col's row taps */
     {1, 3, 2, 3, 5, 3, 5, 1, 3, 1, 1, 2, 3, 1, 0, 0},    /* kernel wider than the image: no row tap in place */
     {1, 6, 9, 20, 17, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1},  /* 20 inputs: row taps with copied edges of whole taps */
+    {1, 12, 14, 40, 5, 11, 11, 1, 1, 1, 1, 5, 5, 1, 0, 0}, /* 40 inputs, k11: no row taps (4840 > 4096 elements) */
 };
 
 static fd_geometry geometry_of(const layer *l, int transposed) {
