@@ -22,6 +22,8 @@
  */
 #if defined(FD_ALGORITHM_SHARED)
 
+#include <string.h>
+
 #include "algorithm.h"
 #include "kernels/gemm.h"
 
@@ -77,6 +79,92 @@ FD_DEFINE_ALGORITHM(col2im, 1)
 
 #else
 
+/* The scatter of a chunk whose taps along W are adjacent columns (dilation_w 1), by rows: for the chunk
+ * of `rows` input rows from iy0, `piece` pixels each from ix0, col holds every pixel's kH*kW*Cog columns
+ * (all of them: one column block). Pixel ix's taps of row ky land on the output pixels
+ * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky*dH, so only the pixels at the ends of a row,
+ * cropped by the padding, need bounds; the others are runs of kW*Cog columns, sW pixels apart.
+ * `assign` (col2im_exact_cover: each column an output element of its own) writes the columns plus the
+ * bias; otherwise they are added to the output (filled with the bias), which takes one group (G == 1:
+ * a run is then kW*C_out contiguous elements). */
+/* Pixels [q_from, q_to) of col2im_scatter_rows's row: only their taps inside the output row. */
+static void FD_FN(col2im_scatter_ends)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT src_row, ptrdiff_t N,
+                                       ptrdiff_t ix0, ptrdiff_t q_from, ptrdiff_t q_to,
+                                       const FD_REAL *FD_RESTRICT g_bias, FD_REAL *FD_RESTRICT dst_row, int assign)
+{
+    const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups, kW = geo->kernel_w;
+    for (ptrdiff_t q = q_from; q < q_to; q++) {
+        const ptrdiff_t ox0 = (ix0 + q) * geo->stride_w - geo->pad_left;
+        for (ptrdiff_t kx = 0; kx < kW; kx++) {
+            if (ox0 + kx < 0 || ox0 + kx >= Wo) continue;
+            FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx) * Cout;
+            const FD_REAL *FD_RESTRICT run = src_row + q * N + kx * Cog;
+            for (ptrdiff_t o = 0; o < Cog; o++)
+                dst[o] = assign ? run[o] + (g_bias ? g_bias[o] : (FD_REAL)0) : dst[o] + run[o];
+        }
+    }
+}
+
+static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
+                                       ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, ptrdiff_t g,
+                                       const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y_image,
+                                       ptrdiff_t oy_begin, ptrdiff_t oy_end, int assign)
+{
+    const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sW = geo->stride_w, pl = geo->pad_left;
+    const ptrdiff_t N = kH * kW * Cog, run_length = kW * Cog;
+    const FD_REAL *g_bias = assign && bias ? bias + g * Cog : NULL;
+    /* pixels q in [q_lo, q_hi) of the piece have all kW taps inside the row: 0 <= ix*sW - pl, ix*sW - pl + kW <= Wo */
+    ptrdiff_t q_lo = fd_ceil_div(pl, sW) - ix0, q_hi = fd_floor_div(Wo - kW + pl, sW) + 1 - ix0;
+    if (q_lo < 0) q_lo = 0;
+    if (q_hi > piece) q_hi = piece;
+    if (q_hi < q_lo) q_hi = q_lo;
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t ky = 0; ky < kH; ky++) {
+            const ptrdiff_t oy = (iy0 + r) * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+            if (oy < oy_begin || oy >= oy_end) continue;
+            FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
+            const FD_REAL *FD_RESTRICT src_row = col + r * piece * N + ky * run_length;
+            /* the left end, the interior, the right end: in pixel order, as an output element's terms
+               are added whatever the chunk */
+            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, 0, q_lo, g_bias, dst_row, assign);
+            FD_REAL *FD_RESTRICT dst = dst_row + ((ix0 + q_lo) * sW - pl) * Cout;
+            const FD_REAL *FD_RESTRICT run = src_row + q_lo * N;
+            const ptrdiff_t dst_step = sW * Cout;
+            if (!assign) {
+                for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N)
+                    for (ptrdiff_t e = 0; e < run_length; e++) dst[e] += run[e];
+            } else if (g_bias == NULL && Cog == Cout) {
+                /* runs of kW*Cout columns copied as they are: without a bias the GEMM's sums start from
+                   +0, so adding 0 (as the edges do, for a -0) would change nothing. A few elements (a
+                   head's 1-4 outputs) in copies of a constant size. */
+                const size_t bytes = (size_t)run_length * sizeof(FD_REAL);
+                switch (bytes) {
+#define COL2IM_COPY_CASE(size)                                                                  \
+    case size:                                                                                  \
+        for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N) memcpy(dst, run, size); \
+        break;
+                    COL2IM_COPY_CASE(8)
+                    COL2IM_COPY_CASE(12)
+                    COL2IM_COPY_CASE(16)
+                    COL2IM_COPY_CASE(24)
+                    COL2IM_COPY_CASE(32)
+                    COL2IM_COPY_CASE(48)
+                    COL2IM_COPY_CASE(64)
+#undef COL2IM_COPY_CASE
+                    default:
+                        for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N) memcpy(dst, run, bytes);
+                }
+            } else {
+                for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N)
+                    for (ptrdiff_t kx = 0; kx < kW; kx++)
+                        for (ptrdiff_t o = 0; o < Cog; o++)
+                            dst[kx * Cout + o] = run[kx * Cog + o] + (g_bias ? g_bias[o] : (FD_REAL)0);
+            }
+            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, q_hi, piece, g_bias, dst_row, assign);
+        }
+}
+
 static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed, const FD_REAL *FD_RESTRICT bias,
                               FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
                               FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels, ptrdiff_t block,
@@ -94,10 +182,15 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
 
     FD_REAL *y_image = y + n * Ho * Wo * Cout;
     const int assign = Cig > 0 && taps_cols > 0 && col2im_exact_cover(geo) && block == taps_cols;
+    const int by_rows = block == taps_cols && dW == 1 && (assign || G == 1);   /* col2im_scatter_rows */
     for (ptrdiff_t oy = oy_begin; oy < oy_end && !assign; oy++) {
         FD_REAL *row = y_image + oy * Wo * Cout;
+        if (bias == NULL) {   /* one call per row (per pixel, as GCC made of the loop below, for few outputs) */
+            memset(row, 0, (size_t)(Wo * Cout) * sizeof(FD_REAL));
+            continue;
+        }
         for (ptrdiff_t ox = 0; ox < Wo; ox++)
-            for (ptrdiff_t c = 0; c < Cout; c++) row[ox * Cout + c] = bias ? bias[c] : (FD_REAL)0;
+            for (ptrdiff_t c = 0; c < Cout; c++) row[ox * Cout + c] = bias[c];
     }
     if (Cig == 0 || taps_cols == 0) return FD_OK;
 
@@ -126,6 +219,11 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                 }
                 FD_FN(gemm_indirect)((size_t)M, (size_t)(c1 - c0), 1, (size_t)Cig, a_rows,
                                      (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0, NULL, c_rows, 0);
+                if (by_rows) {   /* block == taps_cols: c0 == 0 */
+                    FD_FN(col2im_scatter_rows)(geo, col, rows, iy0, ix0, piece, g, bias, y_image, oy_begin, oy_end,
+                                               assign);
+                    continue;
+                }
                 const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
                 /* pixel p is (iy, ix0 + q): counted along, not divided out per pixel */
                 for (ptrdiff_t p = 0, q = 0, iy = iy0; p < M; p++, q = q + 1 < piece ? q + 1 : (iy++, 0)) {
@@ -151,15 +249,6 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                         if (e_lo >= e_hi) continue;
                         const ptrdiff_t shift = row_first - c0;   /* offset e is col_row[shift + e] */
                         FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
-                        if (assign) {   /* the output's only term (col2im_exact_cover), the whole tap row */
-                            const FD_REAL *g_bias = bias ? bias + g * Cog : NULL;
-                            for (ptrdiff_t kx = kx_lo; kx < kx_hi; kx++) {
-                                FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx) * Cout;
-                                const FD_REAL *FD_RESTRICT run = col_row + shift + kx * Cog;
-                                for (ptrdiff_t o = 0; o < Cog; o++) dst[o] = run[o] + (g_bias ? g_bias[o] : (FD_REAL)0);
-                            }
-                            continue;
-                        }
                         if (dW == 1 && G == 1) {
                             /* consecutive taps hit consecutive pixels: offset e lands at output
                                element ox0*Cout + e of the row, one contiguous run */

@@ -315,6 +315,28 @@ FD_UNROLL_BY(4)
             }
         }
     }
+#if defined(FD_VHSUMS)
+    {   /* the accumulators summed FD_LANES at a time (the rest of the last group zero) */
+        FD_VEC flat[FD_DOT_ACC + FD_LANES];
+        FD_REAL sums[FD_DOT_ACC + FD_LANES];
+        const int count = MR * NC, padded = (MR * NC + FD_LANES - 1) / FD_LANES * FD_LANES;
+FD_UNROLL_BY(16)
+        for (i = 0; i < MR; i++)
+FD_UNROLL_BY(4)
+            for (n = 0; n < NC; n++) flat[i * NC + n] = acc[i][n];
+        for (i = count; i < padded; i++) flat[i] = FD_VZERO();
+        for (i = 0; i < padded; i += FD_LANES) FD_VHSUMS(flat + i, sums + i);
+FD_UNROLL_BY(16)
+        for (i = 0; i < MR; i++) {
+            if ((size_t)i >= mr) break;
+FD_UNROLL_BY(4)
+            for (n = 0; n < NC; n++) {
+                FD_REAL *c = c_rows[i] + n0 + n;
+                *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + sums[i * NC + n];
+            }
+        }
+    }
+#else
 FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++) {
         if ((size_t)i >= mr) break;
@@ -324,6 +346,7 @@ FD_UNROLL_BY(4)
             *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + FD_VHSUM(acc[i][n]);
         }
     }
+#endif
 }
 
 /* One instantiation per column count, each with as many rows as FD_DOT_ACC accumulators allow. */
@@ -448,4 +471,5 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV
 #undef FD_VHSUM
+#undef FD_VHSUMS
 #undef FD_DOT_ACC
