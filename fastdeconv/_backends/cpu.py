@@ -55,7 +55,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
-    * one group of few channels on both sides (C_in · C_out <= 32, or <= 128 with a kernel equal to
+    * one group of few channels on both sides (C_in · C_out <= 32, or <= 16 with a kernel equal to
       the stride): "planar", a direct kernel vectorised over runs of output pixels (the
       input rows transposed to channels by columns): one broadcast weight times a vector of pixels
       per tap and channel. The phase GEMM's N = C_out/groups would fill a fraction of a SIMD
@@ -66,7 +66,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     * other few outputs per group (C_out/groups < 8) with a wider kernel, or a kernel equal to the
       stride (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
       N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
-      keeps the GEMM efficient, and the scatter-add is cheap when C_out is small.
+      keeps the GEMM efficient, and the scatter-add is cheap when C_out is small. With a kernel equal
+      to the stride every output has one term: the GEMM adds the bias and the scatter is a copy, which
+      reads the input once where "planar" transposes it.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
       enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at most 16 MiB of float32
       weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
@@ -108,7 +110,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
 # "planar" up to this C_in/groups · C_out/groups: [kernel wider than the stride, kernel equal to it]
 # (the field suite's heads and super-resolution tails, asv_benches/NOTES.md).
-_PLANAR_MAX_CHANNELS = (32, 128)
+_PLANAR_MAX_CHANNELS = (32, 16)
 
 # "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).

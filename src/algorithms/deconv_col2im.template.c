@@ -45,8 +45,8 @@ static ptrdiff_t col2im_column_block(const fd_geometry *geo, size_t itemsize) {
 
 /* Whether every output element receives exactly one term: a kernel equal to the stride, dilation 1 (the
  * taps of neighbouring input pixels tile the output without overlap), and every output row and column
- * within reach of an input pixel (no output_padding beyond the input). The scatter then writes its
- * columns (plus the bias) instead of adding them to an output filled with the bias first. */
+ * within reach of an input pixel (no output_padding beyond the input). The GEMM then adds the bias and the
+ * scatter copies its columns, instead of adding them to an output filled with the bias first. */
 static int col2im_exact_cover(const fd_geometry *geo) {
     return geo->kernel_h == geo->stride_h && geo->kernel_w == geo->stride_w && geo->dilation_h == 1 &&
            geo->dilation_w == 1 && (geo->out_h - 1 + geo->pad_top) / geo->stride_h < geo->in_h &&
@@ -61,6 +61,8 @@ static fd_workspace col2im_workspace(const fd_geometry *geo, int dtype) {
     if (ws.chunk < FD_COL2IM_MIN_PIXELS) ws.chunk = FD_COL2IM_MIN_PIXELS;
     /* pointers first, so that they are aligned whatever the element count */
     ws.bytes = (size_t)ws.chunk * (2 * sizeof(void *) + (size_t)block * itemsize);
+    /* an exact cover's bias, repeated for every tap: the GEMM's bias (deconv_col2im_band) */
+    if (col2im_exact_cover(geo)) ws.bytes += (size_t)block * itemsize;
     return ws;
 }
 
@@ -79,18 +81,10 @@ FD_DEFINE_ALGORITHM(col2im, 1)
 
 #else
 
-/* The scatter of a chunk whose taps along W are adjacent columns (dilation_w 1), by rows: for the chunk
- * of `rows` input rows from iy0, `piece` pixels each from ix0, col holds every pixel's kH*kW*Cog columns
- * (all of them: one column block). Pixel ix's taps of row ky land on the output pixels
- * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky*dH, so only the pixels at the ends of a row,
- * cropped by the padding, need bounds; the others are runs of kW*Cog columns, sW pixels apart.
- * `assign` (col2im_exact_cover: each column an output element of its own) writes the columns plus the
- * bias; otherwise they are added to the output (filled with the bias), which takes one group (G == 1:
- * a run is then kW*C_out contiguous elements). */
 /* Pixels [q_from, q_to) of col2im_scatter_rows's row: only their taps inside the output row. */
 static void FD_FN(col2im_scatter_ends)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT src_row, ptrdiff_t N,
-                                       ptrdiff_t ix0, ptrdiff_t q_from, ptrdiff_t q_to,
-                                       const FD_REAL *FD_RESTRICT g_bias, FD_REAL *FD_RESTRICT dst_row, int assign)
+                                       ptrdiff_t ix0, ptrdiff_t q_from, ptrdiff_t q_to, FD_REAL *FD_RESTRICT dst_row,
+                                       int assign)
 {
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups, kW = geo->kernel_w;
     for (ptrdiff_t q = q_from; q < q_to; q++) {
@@ -99,21 +93,26 @@ static void FD_FN(col2im_scatter_ends)(const fd_geometry *geo, const FD_REAL *FD
             if (ox0 + kx < 0 || ox0 + kx >= Wo) continue;
             FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx) * Cout;
             const FD_REAL *FD_RESTRICT run = src_row + q * N + kx * Cog;
-            for (ptrdiff_t o = 0; o < Cog; o++)
-                dst[o] = assign ? run[o] + (g_bias ? g_bias[o] : (FD_REAL)0) : dst[o] + run[o];
+            for (ptrdiff_t o = 0; o < Cog; o++) dst[o] = assign ? run[o] : dst[o] + run[o];
         }
     }
 }
 
+/* The scatter of a chunk whose taps along W are adjacent columns (dilation_w 1), by rows: for the chunk
+ * of `rows` input rows from iy0, `piece` pixels each from ix0, col holds every pixel's kH*kW*Cog columns
+ * (all of them: one column block). Pixel ix's taps of row ky land on the output pixels
+ * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky*dH, so only the pixels at the ends of a row,
+ * cropped by the padding, need bounds; the others are runs of kW*Cog columns, sW pixels apart.
+ * `assign` (col2im_exact_cover: each column an output element's only term, the bias included by the
+ * GEMM) copies the columns; otherwise they are added to the output (filled with the bias), which takes
+ * one group (G == 1: a run is then kW*C_out contiguous elements). */
 static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
                                        ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, ptrdiff_t g,
-                                       const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y_image,
-                                       ptrdiff_t oy_begin, ptrdiff_t oy_end, int assign)
+                                       FD_REAL *FD_RESTRICT y_image, ptrdiff_t oy_begin, ptrdiff_t oy_end, int assign)
 {
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups;
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sW = geo->stride_w, pl = geo->pad_left;
-    const ptrdiff_t N = kH * kW * Cog, run_length = kW * Cog;
-    const FD_REAL *g_bias = assign && bias ? bias + g * Cog : NULL;
+    const ptrdiff_t N = kH * kW * Cog, run_length = kW * Cog, dst_step = sW * Cout;
     /* pixels q in [q_lo, q_hi) of the piece have all kW taps inside the row: 0 <= ix*sW - pl, ix*sW - pl + kW <= Wo */
     ptrdiff_t q_lo = fd_ceil_div(pl, sW) - ix0, q_hi = fd_floor_div(Wo - kW + pl, sW) + 1 - ix0;
     if (q_lo < 0) q_lo = 0;
@@ -127,17 +126,14 @@ static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD
             const FD_REAL *FD_RESTRICT src_row = col + r * piece * N + ky * run_length;
             /* the left end, the interior, the right end: in pixel order, as an output element's terms
                are added whatever the chunk */
-            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, 0, q_lo, g_bias, dst_row, assign);
+            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, 0, q_lo, dst_row, assign);
             FD_REAL *FD_RESTRICT dst = dst_row + ((ix0 + q_lo) * sW - pl) * Cout;
             const FD_REAL *FD_RESTRICT run = src_row + q_lo * N;
-            const ptrdiff_t dst_step = sW * Cout;
             if (!assign) {
                 for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N)
                     for (ptrdiff_t e = 0; e < run_length; e++) dst[e] += run[e];
-            } else if (g_bias == NULL && Cog == Cout) {
-                /* runs of kW*Cout columns copied as they are: without a bias the GEMM's sums start from
-                   +0, so adding 0 (as the edges do, for a -0) would change nothing. A few elements (a
-                   head's 1-4 outputs) in copies of a constant size. */
+            } else if (Cog == Cout) {
+                /* runs of kW*Cout columns; a few elements (a head's 1-4 outputs) in copies of a constant size */
                 const size_t bytes = (size_t)run_length * sizeof(FD_REAL);
                 switch (bytes) {
 #define COL2IM_COPY_CASE(size)                                                                  \
@@ -158,17 +154,16 @@ static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD
             } else {
                 for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N)
                     for (ptrdiff_t kx = 0; kx < kW; kx++)
-                        for (ptrdiff_t o = 0; o < Cog; o++)
-                            dst[kx * Cout + o] = run[kx * Cog + o] + (g_bias ? g_bias[o] : (FD_REAL)0);
+                        memcpy(dst + kx * Cout, run + kx * Cog, (size_t)Cog * sizeof(FD_REAL));
             }
-            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, q_hi, piece, g_bias, dst_row, assign);
+            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, q_hi, piece, dst_row, assign);
         }
 }
 
 static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed, const FD_REAL *FD_RESTRICT bias,
                               FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
                               FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels, ptrdiff_t block,
-                              const FD_REAL **a_rows, FD_REAL **c_rows)
+                              const FD_REAL **a_rows, FD_REAL **c_rows, FD_REAL *FD_RESTRICT tap_bias)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
@@ -217,11 +212,14 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                     a_rows[p] = x_first + p * Cin;   /* rows > 1 only with whole rows: consecutive pixels */
                     c_rows[p] = col + p * (c1 - c0);
                 }
+                /* an exact cover's columns are their outputs' only terms: the GEMM adds the bias */
+                if (assign && bias != NULL)
+                    for (ptrdiff_t c = 0; c < taps_cols; c++) tap_bias[c] = bias[g * Cog + c % Cog];
                 FD_FN(gemm_indirect)((size_t)M, (size_t)(c1 - c0), 1, (size_t)Cig, a_rows,
-                                     (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0, NULL, c_rows, 0);
+                                     (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0,
+                                     assign && bias != NULL ? tap_bias : NULL, c_rows, 0);
                 if (by_rows) {   /* block == taps_cols: c0 == 0 */
-                    FD_FN(col2im_scatter_rows)(geo, col, rows, iy0, ix0, piece, g, bias, y_image, oy_begin, oy_end,
-                                               assign);
+                    FD_FN(col2im_scatter_rows)(geo, col, rows, iy0, ix0, piece, g, y_image, oy_begin, oy_end, assign);
                     continue;
                 }
                 const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
@@ -294,9 +292,10 @@ static int FD_FN(col2im_run)(const fd_operands *op, const fd_task *t, void *work
     const FD_REAL **a_rows = (const FD_REAL **)workspace;
     FD_REAL **c_rows = (FD_REAL **)(a_rows + op->chunk);
     FD_REAL *col = (FD_REAL *)(c_rows + op->chunk);
+    const ptrdiff_t block = col2im_column_block(op->geo, sizeof(FD_REAL));
     return FD_FN(deconv_col2im_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
-                                     (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, col, op->chunk,
-                                     col2im_column_block(op->geo, sizeof(FD_REAL)), a_rows, c_rows);
+                                     (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, col, op->chunk, block,
+                                     a_rows, c_rows, col + op->chunk * block);
 }
 
 #endif

@@ -409,7 +409,8 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 32, 32, 64), (64, 2, 2, 64), dict(stride=2), "phase"),                 # one tap per phase
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
     ((1, 32, 32, 64), (64, 4, 4, 3), dict(stride=2, padding=1), "col2im"),      # few outputs
-    ((1, 100, 100, 32), (32, 2, 2, 3), dict(stride=2), "planar"),               # a k2 s2 head, 3 outputs
+    ((1, 100, 100, 32), (32, 2, 2, 3), dict(stride=2), "col2im"),               # a k2 s2 head, 3 outputs
+    ((1, 200, 200, 8), (8, 2, 2, 1), dict(stride=2), "planar"),                 # the same, 8 inputs, 1 output
     ((1, 45, 45, 256), (256, 2, 2, 3), dict(stride=2), "col2im"),               # the same with 256 inputs
     ((1, 30, 30, 16), (16, 7, 7, 1), dict(stride=2, padding=3, output_padding=1), "planar"),   # an SR tail
     ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "phase"),  # 64 MiB of weights
