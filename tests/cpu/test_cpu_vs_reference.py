@@ -114,6 +114,12 @@ NAMED_DECONV = {
     "many_threads_tasks": Case(n=7, hw=(6, 5), c_in=8, c_out=8, kernel=(3, 3), stride=2, padding=1),
     "tall_batch": Case(n=5, hw=(9, 2), c_in=3, c_out=2, kernel=(4, 1), stride=(2, 1)),
     "no_bias": Case(hw=(4, 4), bias=False, stride=2, padding=1, output_padding=1),
+    # a kernel equal to the stride: every output has one term (col2im copies its columns, bias included)
+    "exact_cover_head": Case(hw=(9, 11), c_in=32, c_out=3, kernel=(2, 2), stride=2),
+    "exact_cover_head_no_bias": Case(hw=(7, 5), c_in=16, c_out=1, kernel=(2, 2), stride=2, bias=False),
+    "exact_cover_cropped_grouped": Case(hw=(5, 7), c_in=8, c_out=6, groups=2, kernel=(2, 3), stride=(2, 3),
+                                        padding=(1, 2)),
+    "exact_cover_long_runs": Case(hw=(3, 4), c_in=6, c_out=5, kernel=(4, 4), stride=4),
 }
 DTYPE_PARAMS = ["float16", "float32", "float64"]
 

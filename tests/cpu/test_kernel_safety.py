@@ -56,6 +56,9 @@ NONFINITE_DECONV = {
     "tiles": ((9, 23), 8, 40, 1, (3, 3), 1, 1, 0, 1),
     # every output pixel has taps outside the image
     "all_border": ((2, 3), 2, 2, 1, (7, 7), 1, 2, 0, 1),
+    # a kernel equal to the stride, cropped: each output has one term, the ends of a row cut
+    "exact_cover": ((5, 6), 6, 3, 1, (2, 2), 2, 1, 0, 1),
+    "exact_cover_grouped": ((4, 5), 4, 4, 2, (3, 2), (3, 2), (1, 0), 0, 1),
 }
 
 
@@ -495,9 +498,10 @@ def _peak_rss_growth(script, threads):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("stride, dilation, groups", [(1, 1, 1), (3, 2, 2), (2, 1, 4)])
+@pytest.mark.parametrize("stride, dilation, groups", [(1, 1, 1), (3, 2, 2), (2, 1, 4), ((5, 7), 1, 1), ((5, 7), 1, 2)])
 def test_col2im_row_pieces_match_reference(isa_path, dtype, stride, dilation, groups):
-    """kH*kW*C_out/g = 5*7*64 elements per pixel: the 1 MiB buffer holds fewer than W = 300 pixels."""
+    """kH*kW*C_out/g = 5*7*64 elements per pixel: the 1 MiB buffer holds fewer than W = 300 pixels. A
+    stride equal to the kernel makes each output a single term (the copied columns)."""
     rng = np.random.default_rng(9)
     cin, cout = 4, 64 * groups
     _col2im_matches_reference(isa_path, dtype, rng, (2, 3, 300, cin), (5, 7), cout,
