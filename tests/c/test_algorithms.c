@@ -75,6 +75,8 @@ static const layer layers[] = {
     {1, 3, 2, 3, 5, 3, 5, 1, 3, 1, 1, 2, 3, 1, 0, 0},    /* kernel wider than the image: no row tap in place */
     {1, 6, 9, 20, 17, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1},  /* 20 inputs: row taps with copied edges of whole taps */
     {1, 12, 14, 40, 5, 11, 11, 1, 1, 1, 1, 5, 5, 1, 0, 0}, /* 40 inputs, k11: no row taps (4840 > 4096 elements) */
+    {2, 7, 9, 12, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0},   /* k2 s2 to 1 output, cropped: col2im's exact cover */
+    {1, 5, 6, 8, 6, 3, 2, 3, 2, 1, 1, 1, 0, 2, 0, 0},    /* the same over 2 groups, a 3x2 kernel */
 };
 
 static fd_geometry geometry_of(const layer *l, int transposed) {
