@@ -81,10 +81,9 @@ FD_DEFINE_ALGORITHM(col2im, 1)
 
 #else
 
-/* Pixels [q_from, q_to) of col2im_scatter_rows's row: only their taps inside the output row. */
-static void FD_FN(col2im_scatter_ends)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT src_row, ptrdiff_t N,
-                                       ptrdiff_t ix0, ptrdiff_t q_from, ptrdiff_t q_to, FD_REAL *FD_RESTRICT dst_row,
-                                       int assign)
+/* Pixels [q_from, q_to) of col2im_copy_rows's row: only their taps inside the output row. */
+static void FD_FN(col2im_copy_ends)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT src_row, ptrdiff_t N,
+                                    ptrdiff_t ix0, ptrdiff_t q_from, ptrdiff_t q_to, FD_REAL *FD_RESTRICT dst_row)
 {
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups, kW = geo->kernel_w;
     for (ptrdiff_t q = q_from; q < q_to; q++) {
@@ -93,22 +92,21 @@ static void FD_FN(col2im_scatter_ends)(const fd_geometry *geo, const FD_REAL *FD
             if (ox0 + kx < 0 || ox0 + kx >= Wo) continue;
             FD_REAL *FD_RESTRICT dst = dst_row + (ox0 + kx) * Cout;
             const FD_REAL *FD_RESTRICT run = src_row + q * N + kx * Cog;
-            for (ptrdiff_t o = 0; o < Cog; o++) dst[o] = assign ? run[o] : dst[o] + run[o];
+            memcpy(dst, run, (size_t)Cog * sizeof(FD_REAL));
         }
     }
 }
 
-/* The scatter of a chunk whose taps along W are adjacent columns (dilation_w 1), by rows: for the chunk
- * of `rows` input rows from iy0, `piece` pixels each from ix0, col holds every pixel's kH*kW*Cog columns
- * (all of them: one column block). Pixel ix's taps of row ky land on the output pixels
- * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky*dH, so only the pixels at the ends of a row,
- * cropped by the padding, need bounds; the others are runs of kW*Cog columns, sW pixels apart.
- * `assign` (col2im_exact_cover: each column an output element's only term, the bias included by the
- * GEMM) copies the columns; otherwise they are added to the output (filled with the bias), which takes
- * one group (G == 1: a run is then kW*C_out contiguous elements). */
-static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
-                                       ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, ptrdiff_t g,
-                                       FD_REAL *FD_RESTRICT y_image, ptrdiff_t oy_begin, ptrdiff_t oy_end, int assign)
+/* The scatter of an exact cover (col2im_exact_cover: each column an output element's only term, the bias
+ * included by the GEMM), a copy, by rows: for the chunk of `rows` input rows from iy0, `piece` pixels each
+ * from ix0, col holds every pixel's kH*kW*Cog columns. Pixel ix's taps of row ky are the output pixels
+ * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky: the taps of consecutive pixels tile the row, so
+ * only the pixels at its ends, cropped by the padding, need bounds; the others copy runs of kW*Cog
+ * columns. (Overlapping taps keep the pixel-by-pixel scatter-add: by rows, each pixel's run would read
+ * what the previous one's just wrote: a store-forwarding stall per pixel.) */
+static void FD_FN(col2im_copy_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
+                                    ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, ptrdiff_t g,
+                                    FD_REAL *FD_RESTRICT y_image, ptrdiff_t oy_begin, ptrdiff_t oy_end)
 {
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, Cog = Cout / geo->groups;
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sW = geo->stride_w, pl = geo->pad_left;
@@ -120,19 +118,14 @@ static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD
     if (q_hi < q_lo) q_hi = q_lo;
     for (ptrdiff_t r = 0; r < rows; r++)
         for (ptrdiff_t ky = 0; ky < kH; ky++) {
-            const ptrdiff_t oy = (iy0 + r) * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+            const ptrdiff_t oy = (iy0 + r) * geo->stride_h - geo->pad_top + ky;
             if (oy < oy_begin || oy >= oy_end) continue;
             FD_REAL *FD_RESTRICT dst_row = y_image + oy * Wo * Cout + g * Cog;
             const FD_REAL *FD_RESTRICT src_row = col + r * piece * N + ky * run_length;
-            /* the left end, the interior, the right end: in pixel order, as an output element's terms
-               are added whatever the chunk */
-            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, 0, q_lo, dst_row, assign);
+            FD_FN(col2im_copy_ends)(geo, src_row, N, ix0, 0, q_lo, dst_row);
             FD_REAL *FD_RESTRICT dst = dst_row + ((ix0 + q_lo) * sW - pl) * Cout;
             const FD_REAL *FD_RESTRICT run = src_row + q_lo * N;
-            if (!assign) {
-                for (ptrdiff_t q = q_lo; q < q_hi; q++, dst += dst_step, run += N)
-                    for (ptrdiff_t e = 0; e < run_length; e++) dst[e] += run[e];
-            } else if (Cog == Cout) {
+            if (Cog == Cout) {
                 /* runs of kW*Cout columns; a few elements (a head's 1-4 outputs) in copies of a constant size */
                 const size_t bytes = (size_t)run_length * sizeof(FD_REAL);
                 switch (bytes) {
@@ -156,7 +149,7 @@ static void FD_FN(col2im_scatter_rows)(const fd_geometry *geo, const FD_REAL *FD
                     for (ptrdiff_t kx = 0; kx < kW; kx++)
                         memcpy(dst + kx * Cout, run + kx * Cog, (size_t)Cog * sizeof(FD_REAL));
             }
-            FD_FN(col2im_scatter_ends)(geo, src_row, N, ix0, q_hi, piece, dst_row, assign);
+            FD_FN(col2im_copy_ends)(geo, src_row, N, ix0, q_hi, piece, dst_row);
         }
 }
 
@@ -177,7 +170,6 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
 
     FD_REAL *y_image = y + n * Ho * Wo * Cout;
     const int assign = Cig > 0 && taps_cols > 0 && col2im_exact_cover(geo) && block == taps_cols;
-    const int by_rows = block == taps_cols && dW == 1 && (assign || G == 1);   /* col2im_scatter_rows */
     for (ptrdiff_t oy = oy_begin; oy < oy_end && !assign; oy++) {
         FD_REAL *row = y_image + oy * Wo * Cout;
         if (bias == NULL) {   /* one call per row (per pixel, as GCC made of the loop below, for few outputs) */
@@ -218,8 +210,8 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                 FD_FN(gemm_indirect)((size_t)M, (size_t)(c1 - c0), 1, (size_t)Cig, a_rows,
                                      (const FD_REAL *)fd_blob_part(packed, (size_t)g) + Cig * c0,
                                      assign && bias != NULL ? tap_bias : NULL, c_rows, 0);
-                if (by_rows) {   /* block == taps_cols: c0 == 0 */
-                    FD_FN(col2im_scatter_rows)(geo, col, rows, iy0, ix0, piece, g, y_image, oy_begin, oy_end, assign);
+                if (assign) {   /* block == taps_cols: c0 == 0 */
+                    FD_FN(col2im_copy_rows)(geo, col, rows, iy0, ix0, piece, g, y_image, oy_begin, oy_end);
                     continue;
                 }
                 const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
