@@ -153,6 +153,40 @@ static void FD_FN(col2im_copy_rows)(const fd_geometry *geo, const FD_REAL *FD_RE
         }
 }
 
+/* The scatter-add of a chunk with one group and adjacent taps along W (G == 1, dilation_w 1: a pixel's
+ * taps of row ky are kW*C_out consecutive output elements from ix*sW - pad_left), all its columns in one
+ * block: pixel by pixel (overlapping runs of neighbouring pixels would otherwise wait on each other's
+ * stores), each input row's taps ky that land in [oy_begin, oy_end) found once, and only the pixels at a
+ * row's ends clipped. The terms reach each element in pixel order, as in the general loop. */
+static void FD_FN(col2im_add_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
+                                   ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, FD_REAL *FD_RESTRICT y_image,
+                                   ptrdiff_t oy_begin, ptrdiff_t oy_end)
+{
+    const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels, kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t sW = geo->stride_w, pl = geo->pad_left, dH = geo->dilation_h;
+    const ptrdiff_t run_length = kW * Cout, N = kH * run_length, row_step = dH * Wo * Cout;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const ptrdiff_t oy_first = (iy0 + r) * geo->stride_h - geo->pad_top;   /* the row of tap ky = 0 */
+        ptrdiff_t ky_lo = oy_first >= oy_begin ? 0 : fd_ceil_div(oy_begin - oy_first, dH);
+        ptrdiff_t ky_hi = oy_end - 1 >= oy_first ? fd_floor_div(oy_end - 1 - oy_first, dH) + 1 : 0;
+        if (ky_hi > kH) ky_hi = kH;
+        if (ky_lo >= ky_hi) continue;
+        FD_REAL *FD_RESTRICT first_row = y_image + (oy_first + ky_lo * dH) * Wo * Cout;
+        const FD_REAL *FD_RESTRICT src = col + r * piece * N + ky_lo * run_length;
+        for (ptrdiff_t q = 0; q < piece; q++, src += N) {
+            const ptrdiff_t ox0 = (ix0 + q) * sW - pl;
+            /* the taps inside the row, kx in [kx_lo, kx_hi): offsets [e_lo, e_hi) of the run */
+            const ptrdiff_t kx_lo = ox0 >= 0 ? 0 : -ox0, kx_hi = Wo - ox0 < kW ? Wo - ox0 : kW;
+            if (kx_lo >= kx_hi) continue;
+            const ptrdiff_t e_lo = kx_lo * Cout, count = (kx_hi - kx_lo) * Cout;
+            FD_REAL *FD_RESTRICT dst = first_row + ox0 * Cout + e_lo;
+            const FD_REAL *FD_RESTRICT run = src + e_lo;
+            for (ptrdiff_t ky = ky_lo; ky < ky_hi; ky++, dst += row_step, run += run_length)
+                for (ptrdiff_t e = 0; e < count; e++) dst[e] += run[e];
+        }
+    }
+}
+
 static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed, const FD_REAL *FD_RESTRICT bias,
                               FD_REAL *FD_RESTRICT y, ptrdiff_t n, ptrdiff_t oy_begin, ptrdiff_t oy_end,
                               FD_REAL *FD_RESTRICT col, ptrdiff_t col_pixels, ptrdiff_t block,
@@ -212,6 +246,10 @@ static int FD_FN(deconv_col2im_band)(const fd_geometry *geo, const FD_REAL *FD_R
                                      assign && bias != NULL ? tap_bias : NULL, c_rows, 0);
                 if (assign) {   /* block == taps_cols: c0 == 0 */
                     FD_FN(col2im_copy_rows)(geo, col, rows, iy0, ix0, piece, g, y_image, oy_begin, oy_end);
+                    continue;
+                }
+                if (G == 1 && dW == 1 && block == taps_cols) {
+                    FD_FN(col2im_add_rows)(geo, col, rows, iy0, ix0, piece, y_image, oy_begin, oy_end);
                     continue;
                 }
                 const ptrdiff_t ky_lo = c0 / (kW * Cog), ky_hi = (c1 - 1) / (kW * Cog) + 1;
