@@ -26,20 +26,9 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
 }
 
-/* The sum of a vector's lanes (the dot kernel's last step). */
-static inline FD_TARGET float fd_avx2_hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-static inline FD_TARGET double fd_avx2_hsum_pd(__m256d v) {
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
-/* The sums of 8 (4) vectors' lanes at once, out[j] = the sum of v[j]'s: the same tree as fd_avx2_hsum_ps
- * (_pd) per vector (lane i + lane i+4, then i + i+2, then i + i+1), so the same bits, with the vectors
- * transposed on the way instead of each summed down to a scalar. */
+/* The sums of 8 (4) vectors' lanes at once (the dot kernel's last step), out[j] = the sum of v[j]'s lanes
+ * by the tree of a scalar sum (lane i + lane i+4, then i + i+2, then i + i+1; AVX-512's reduce_add the same
+ * from i + i+8), with the vectors transposed on the way instead of each summed down to a scalar. */
 static inline FD_TARGET void fd_avx2_hsums_ps(const __m256 *v, float *out) {
     __m256 s[4], t[2];
     int i;
@@ -77,7 +66,6 @@ static inline FD_TARGET void fd_avx2_hsums_pd(const __m256d *v, double *out) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_ps((p), fd_avx2_mask32(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_ps((p), fd_avx2_mask32(n), (v))
-#define FD_VHSUM(v) fd_avx2_hsum_ps(v)
 #define FD_VHSUMS(v, out) fd_avx2_hsums_ps((v), (out))
 #define FD_DOT_ACC 8
 #define FD_WIDE_MR 6
@@ -103,7 +91,6 @@ static inline FD_TARGET void fd_avx2_hsums_pd(const __m256d *v, double *out) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_pd((p), fd_avx2_mask64(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_pd((p), fd_avx2_mask64(n), (v))
-#define FD_VHSUM(v) fd_avx2_hsum_pd(v)
 #define FD_VHSUMS(v, out) fd_avx2_hsums_pd((v), (out))
 #define FD_DOT_ACC 8
 #define FD_WIDE_MR 6

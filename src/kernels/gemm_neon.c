@@ -88,8 +88,7 @@ static inline void fd_neon_store_part_f64(double *p, float64x2_t v, int n) {
 #define FD_VFMA(a, b, c) vfmaq_f32((c), (a), (b))
 #define FD_VLOAD_PART(p, n) fd_neon_load_part_f32((p), (n))
 #define FD_VSTORE_PART(p, v, n) fd_neon_store_part_f32((p), (v), (n))
-#define FD_VHSUM(v) vaddvq_f32(v)
-/* 4 vectors' sums at once, in vaddvq_f32's order ((lane 0 + 1) + (2 + 3)) */
+/* the dot kernel's sums of 4 vectors' lanes at once, by vaddvq_f32's tree ((lane 0 + 1) + (2 + 3)) */
 #define FD_VHSUMS(v, out) vst1q_f32((out), vpaddq_f32(vpaddq_f32((v)[0], (v)[1]), vpaddq_f32((v)[2], (v)[3])))
 #define FD_DOT_ACC 16
 #define FD_WIDE_MR 5
@@ -113,7 +112,6 @@ static inline void fd_neon_store_part_f64(double *p, float64x2_t v, int n) {
 #define FD_VFMA(a, b, c) vfmaq_f64((c), (a), (b))
 #define FD_VLOAD_PART(p, n) fd_neon_load_part_f64((p), (n))
 #define FD_VSTORE_PART(p, v, n) fd_neon_store_part_f64((p), (v), (n))
-#define FD_VHSUM(v) vaddvq_f64(v)
 #define FD_VHSUMS(v, out) vst1q_f64((out), vpaddq_f64((v)[0], (v)[1]))
 #define FD_DOT_ACC 16
 #define FD_WIDE_MR 5

@@ -257,7 +257,8 @@ FD_DEFINE_TILE(tile_narrow_short, FD_SHORT_MR, FD_NARROW_NV, 1, 1, FD_NOINLINE)
 /* A narrow last panel (gemm.h): columns [n0, n0 + NC) of C rows [0, mr) as dot products along k with the
  * panel transposed (bt[n*K + k]). A tile of MR rows x NC columns (constants after inlining) holds MR*NC
  * vector accumulators, fed by MR vectors of A and NC of B per step of FD_LANES k (the last step of each
- * tap masked: both operands zero past Kc), then summed across lanes. A tap missing from a row
+ * tap masked: both operands zero past Kc), then summed across lanes: FD_LANES accumulators at a time where
+ * the ISA defines FD_VHSUMS, else each with FD_VHSUM. A tap missing from a row
  * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
 static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dot_tile)(
     const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
