@@ -316,10 +316,10 @@ FD_UNROLL_BY(4)
             }
         }
     }
+    FD_REAL sums[FD_DOT_ACC + FD_LANES];   /* acc[i][n]'s lanes summed, at [i*NC + n] */
 #if defined(FD_VHSUMS)
-    {   /* the accumulators summed FD_LANES at a time (the rest of the last group zero) */
+    {   /* FD_LANES accumulators at a time (the rest of the last group zero) */
         FD_VEC flat[FD_DOT_ACC + FD_LANES];
-        FD_REAL sums[FD_DOT_ACC + FD_LANES];
         const int count = MR * NC, padded = (MR * NC + FD_LANES - 1) / FD_LANES * FD_LANES;
 FD_UNROLL_BY(16)
         for (i = 0; i < MR; i++)
@@ -327,27 +327,22 @@ FD_UNROLL_BY(4)
             for (n = 0; n < NC; n++) flat[i * NC + n] = acc[i][n];
         for (i = count; i < padded; i++) flat[i] = FD_VZERO();
         for (i = 0; i < padded; i += FD_LANES) FD_VHSUMS(flat + i, sums + i);
-FD_UNROLL_BY(16)
-        for (i = 0; i < MR; i++) {
-            if ((size_t)i >= mr) break;
-FD_UNROLL_BY(4)
-            for (n = 0; n < NC; n++) {
-                FD_REAL *c = c_rows[i] + n0 + n;
-                *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + sums[i * NC + n];
-            }
-        }
     }
 #else
+FD_UNROLL_BY(16)
+    for (i = 0; i < MR; i++)
+FD_UNROLL_BY(4)
+        for (n = 0; n < NC; n++) sums[i * NC + n] = FD_VHSUM(acc[i][n]);
+#endif
 FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++) {
         if ((size_t)i >= mr) break;
 FD_UNROLL_BY(4)
         for (n = 0; n < NC; n++) {
             FD_REAL *c = c_rows[i] + n0 + n;
-            *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + FD_VHSUM(acc[i][n]);
+            *c = (accumulate ? *c : bias ? bias[n0 + n] : (FD_REAL)0) + sums[i * NC + n];
         }
     }
-#endif
 }
 
 /* One instantiation per column count, each with as many rows as FD_DOT_ACC accumulators allow. */
