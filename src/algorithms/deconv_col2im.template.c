@@ -15,8 +15,7 @@
  * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk input
  * pixels of a block of the kH*kW*Cog columns (all of them unless one pixel's columns are large), and
  * chunk pointers each for the GEMM's A and C rows (and, for an exact cover, the bias repeated per tap).
- * A chunk is whole input rows when a row fits, else a
- * piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the workspace grows with neither the image nor the
+ * A chunk is whole input rows when a row fits, else a piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the workspace grows with neither the image nor the
  * weight. Pieces are taken in pixel order and an output element's terms all come from one column, so
  * every output element receives its terms in the same order either way: the result depends on neither
  * the chunk nor the block.
@@ -103,8 +102,8 @@ static void FD_FN(col2im_copy_ends)(const fd_geometry *geo, const FD_REAL *FD_RE
  * from ix0, col holds every pixel's kH*kW*Cog columns. Pixel ix's taps of row ky are the output pixels
  * [ix*sW - pad_left, + kW) of row iy*sH - pad_top + ky: the taps of consecutive pixels tile the row, so
  * only the pixels at its ends, cropped by the padding, need bounds; the others copy runs of kW*Cog
- * columns. (Overlapping taps keep the pixel-by-pixel scatter-add: by rows, each pixel's run would read
- * what the previous one's just wrote: a store-forwarding stall per pixel.) */
+ * columns. (Overlapping taps are added pixel by pixel instead, col2im_add_rows: along one tap row, each
+ * pixel's run would read what the previous one's had just written, a store-forwarding stall per pixel.) */
 static void FD_FN(col2im_copy_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT col, ptrdiff_t rows,
                                     ptrdiff_t iy0, ptrdiff_t ix0, ptrdiff_t piece, ptrdiff_t g,
                                     FD_REAL *FD_RESTRICT y_image, ptrdiff_t oy_begin, ptrdiff_t oy_end)
