@@ -15,10 +15,10 @@
  * Task: (image n, output rows [row_begin, row_end)). Workspace: the column buffer, chunk input
  * pixels of a block of the kH*kW*Cog columns (all of them unless one pixel's columns are large), and
  * chunk pointers each for the GEMM's A and C rows (and, for an exact cover, the bias repeated per tap).
- * A chunk is whole input rows when a row fits, else a piece of one row (FD_COL2IM_WORKSPACE_BYTES), so the workspace grows with neither the image nor the
- * weight. Pieces are taken in pixel order and an output element's terms all come from one column, so
- * every output element receives its terms in the same order either way: the result depends on neither
- * the chunk nor the block.
+ * A chunk is whole input rows when a row fits, else a piece of one row (FD_COL2IM_WORKSPACE_BYTES), so
+ * the workspace grows with neither the image nor the weight. Pieces are taken in pixel order and an
+ * output element's terms all come from one column, so every output element receives its terms in the
+ * same order either way: the result depends on neither the chunk nor the block.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
