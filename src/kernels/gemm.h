@@ -33,11 +33,10 @@
  *   compute 4-16x the useful products. Such a panel is packed transposed instead, column j of it at
  *   packed[K*n0 + j*K + k] (K*valid elements), and its C elements are dot products along k: vectors of
  *   A and of B's column, a register tile of rows x all its columns, each accumulator summed across its
- *   lanes once at the end (gemm_simd.template.c, "dot"): on AVX2 and NEON a lane-count of
- *   accumulators at once, transposed as they are added (FD_VHSUMS: the same tree, so the same bits;
- *   with a short K, as a k2 s2 head's 64 channels, the one-by-one sums took as long as the products).
- *   AVX-512 still sums them one at a time: a transposing version could not be run on AVX-512 hardware
- *   when this was written. A column range that starts on a panel boundary still starts at
+ *   lanes once at the end (gemm_simd.template.c, "dot"): a lane-count of accumulators at once,
+ *   transposed as they are added (FD_VHSUMS, gemm_x86_sums.h and gemm_neon.c: the tree of a scalar
+ *   reduce, so the same bits; with a short K, as a k2 s2 head's 64 channels, one-by-one sums took as
+ *   long as the products). A column range that starts on a panel boundary still starts at
  *   packed + K*n0, so callers slice B as before.
  *
  * KERNELS (XNNPACK-style igemm, gemm_simd.template.c): A is broadcast straight from

@@ -26,30 +26,8 @@ static inline FD_TARGET __m256i fd_avx2_mask64(int n) {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
 }
 
-/* The sums of 8 (4) vectors' lanes at once (the dot kernel's last step), out[j] = the sum of v[j]'s lanes
- * by the tree of a scalar sum (lane i + lane i+4, then i + i+2, then i + i+1; AVX-512's reduce_add the same
- * from i + i+8), with the vectors transposed on the way instead of each summed down to a scalar. */
-static inline FD_TARGET void fd_avx2_hsums_ps(const __m256 *v, float *out) {
-    __m256 s[4], t[2];
-    int i;
-    for (i = 0; i < 4; i++)   /* [v[2i] lo + hi | v[2i+1] lo + hi] */
-        s[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
-    for (i = 0; i < 2; i++)   /* per half: [a0 + a2, a1 + a3, b0 + b2, b1 + b3] of its two vectors */
-        t[i] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* lanes [sum0, sum2, sum4, sum6 | sum1, sum3, sum5, sum7] */
-    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-}
-static inline FD_TARGET void fd_avx2_hsums_pd(const __m256d *v, double *out) {
-    const __m256d s01 = _mm256_add_pd(_mm256_permute2f128_pd(v[0], v[1], 0x20), _mm256_permute2f128_pd(v[0], v[1], 0x31));
-    const __m256d s23 = _mm256_add_pd(_mm256_permute2f128_pd(v[2], v[3], 0x20), _mm256_permute2f128_pd(v[2], v[3], 0x31));
-    /* lanes [sum0, sum2 | sum1, sum3] */
-    const __m256d r = _mm256_add_pd(_mm256_unpacklo_pd(s01, s23), _mm256_unpackhi_pd(s01, s23));
-    _mm256_storeu_pd(out, _mm256_permute4x64_pd(r, _MM_SHUFFLE(3, 1, 2, 0)));
-}
+#define FD_SUMS_FN(name) FD_CAT(fd_avx2_, name)
+#include "gemm_x86_sums.h"
 
 /* ---- float: 8 lanes */
 #define FD_REAL float
@@ -66,7 +44,7 @@ static inline FD_TARGET void fd_avx2_hsums_pd(const __m256d *v, double *out) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_ps((p), fd_avx2_mask32(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_ps((p), fd_avx2_mask32(n), (v))
-#define FD_VHSUMS(v, out) fd_avx2_hsums_ps((v), (out))
+#define FD_VHSUMS(v, out) fd_avx2_sums8x8_ps((v), (out))
 #define FD_DOT_ACC 8
 #define FD_WIDE_MR 6
 #define FD_WIDE_NV 2
@@ -91,7 +69,7 @@ static inline FD_TARGET void fd_avx2_hsums_pd(const __m256d *v, double *out) {
 #define FD_VFMA(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm256_maskload_pd((p), fd_avx2_mask64(n))
 #define FD_VSTORE_PART(p, v, n) _mm256_maskstore_pd((p), fd_avx2_mask64(n), (v))
-#define FD_VHSUMS(v, out) fd_avx2_hsums_pd((v), (out))
+#define FD_VHSUMS(v, out) fd_avx2_sums4x4_pd((v), (out))
 #define FD_DOT_ACC 8
 #define FD_WIDE_MR 6
 #define FD_WIDE_NV 2

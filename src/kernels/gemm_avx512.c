@@ -19,6 +19,29 @@ FD_GEMM_DECLARE_ISA(avx512)
 /* All of FD_AVX512_FEATURES, not avx512f alone: the kernels are also compiled for fma (and avx2). */
 int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) ? 1 : 0; }
 
+#define FD_SUMS_FN(name) FD_CAT(fd_avx512_, name)
+#include "gemm_x86_sums.h"
+
+/* 16 float vectors of 16 lanes (8 double vectors of 8): each one's halves added (lane i + lane i+8, as
+ * reduce_add begins), then 8 (4) at a time as AVX's. */
+static inline FD_TARGET __m256 fd_avx512_halves_ps(__m512 v) {
+    return _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
+}
+static inline FD_TARGET void fd_avx512_sums16x16_ps(const __m512 *v, float *out) {
+    __m256 h[16];
+    int i;
+    for (i = 0; i < 16; i++) h[i] = fd_avx512_halves_ps(v[i]);
+    fd_avx512_sums8x8_ps(h, out);
+    fd_avx512_sums8x8_ps(h + 8, out + 8);
+}
+static inline FD_TARGET void fd_avx512_sums8x8_pd(const __m512d *v, double *out) {
+    __m256d h[8];
+    int i;
+    for (i = 0; i < 8; i++) h[i] = _mm256_add_pd(_mm512_extractf64x4_pd(v[i], 1), _mm512_castpd512_pd256(v[i]));
+    fd_avx512_sums4x4_pd(h, out);
+    fd_avx512_sums4x4_pd(h + 4, out + 4);
+}
+
 /* ---- float: 16 lanes */
 #define FD_REAL float
 #define FD_PREFIX s
@@ -34,7 +57,7 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
-#define FD_VHSUM(v) _mm512_reduce_add_ps(v)
+#define FD_VHSUMS(v, out) fd_avx512_sums16x16_ps((v), (out))
 #define FD_DOT_ACC 16
 #define FD_WIDE_MR 12
 #define FD_WIDE_NV 2
@@ -59,7 +82,7 @@ int fd_gemm_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEATURES) 
 #define FD_VFMA(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define FD_VLOAD_PART(p, n) _mm512_maskz_loadu_pd((__mmask8)((1u << (n)) - 1u), (p))
 #define FD_VSTORE_PART(p, v, n) _mm512_mask_storeu_pd((p), (__mmask8)((1u << (n)) - 1u), (v))
-#define FD_VHSUM(v) _mm512_reduce_add_pd(v)
+#define FD_VHSUMS(v, out) fd_avx512_sums8x8_pd((v), (out))
 #define FD_DOT_ACC 16
 #define FD_WIDE_MR 8
 #define FD_WIDE_NV 2

@@ -257,8 +257,8 @@ FD_DEFINE_TILE(tile_narrow_short, FD_SHORT_MR, FD_NARROW_NV, 1, 1, FD_NOINLINE)
 /* A narrow last panel (gemm.h): columns [n0, n0 + NC) of C rows [0, mr) as dot products along k with the
  * panel transposed (bt[n*K + k]). A tile of MR rows x NC columns (constants after inlining) holds MR*NC
  * vector accumulators, fed by MR vectors of A and NC of B per step of FD_LANES k (the last step of each
- * tap masked: both operands zero past Kc), then summed across lanes: FD_LANES accumulators at a time where
- * the ISA defines FD_VHSUMS, else each with FD_VHSUM. A tap missing from a row
+ * tap masked: both operands zero past Kc), then summed across lanes, FD_LANES accumulators at a time
+ * (FD_VHSUMS). A tap missing from a row
  * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
 static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dot_tile)(
     const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
@@ -317,7 +317,6 @@ FD_UNROLL_BY(4)
         }
     }
     FD_REAL sums[FD_DOT_ACC + FD_LANES];   /* acc[i][n]'s lanes summed, at [i*NC + n] */
-#if defined(FD_VHSUMS)
     {   /* FD_LANES accumulators at a time (the rest of the last group zero) */
         FD_VEC flat[FD_DOT_ACC + FD_LANES];
         const int count = MR * NC, padded = (MR * NC + FD_LANES - 1) / FD_LANES * FD_LANES;
@@ -328,12 +327,6 @@ FD_UNROLL_BY(4)
         for (i = count; i < padded; i++) flat[i] = FD_VZERO();
         for (i = 0; i < padded; i += FD_LANES) FD_VHSUMS(flat + i, sums + i);
     }
-#else
-FD_UNROLL_BY(16)
-    for (i = 0; i < MR; i++)
-FD_UNROLL_BY(4)
-        for (n = 0; n < NC; n++) sums[i * NC + n] = FD_VHSUM(acc[i][n]);
-#endif
 FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++) {
         if ((size_t)i >= mr) break;
@@ -466,6 +459,5 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_DENSE_MAX_MR
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV
-#undef FD_VHSUM
 #undef FD_VHSUMS
 #undef FD_DOT_ACC
