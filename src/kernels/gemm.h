@@ -44,7 +44,11 @@
  * does MR x NV FMAs into register accumulators. Loop order: panel outer, row tile
  * inner, so one B panel (K x 32 floats = 128 B per k) is reused from L1/L2 by every
  * row tile; when all of B fits in L2 but A does not, M is first cut into chunks of
- * ~256 KiB of A (gemm_internal.h). N tails use masked loads/stores; M tails repeat the
+ * ~256 KiB of A (gemm_internal.h). A panel too long for L2 (K over 2048, B over 512 KiB,
+ * more rows than a tile) is cut first: K in blocks of whole taps of at most 1024 rows
+ * (fd_gemm_tap_block), all panels and row tiles of one block before the next, whose tiles
+ * add to C (so such a C sums in another order than one block would; the same at every
+ * thread count, since only the shape decides). N tails use masked loads/stores; M tails repeat the
  * last row pointer (computed, never stored). Tiles chosen by measurement:
  *   avx512 f32: 12 x 32 (24 zmm acc) on full panels, 8 x 16 on a 16-wide last panel
  *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8

@@ -105,16 +105,13 @@ static inline int fd_gemm_panel_is_dot(size_t N, size_t n0, size_t panel) {
     return N - n0 < panel && N - n0 <= FD_GEMM_DOT_MAX_N;
 }
 
-/* Bytes of packed B that stay in L2 while A streams past (the whole of B when it is this small). */
-#define FD_GEMM_L2_B_BUDGET (512 * 1024)
-
 /* Rows of C to process per chunk (all panels of a chunk before the next one).
  * Panel-outer order streams A once per panel of 32/16 columns; when A is too big for
  * L2 but the whole packed B is small, cutting M into chunks whose A rows (~256 KiB)
  * stay in L2 next to B turns those A re-reads into L2 hits. The result is a multiple
  * of row_multiple so no chunk ends in a partial tile. Sizes assume >= 1 MiB L2. */
 static inline size_t fd_gemm_row_chunk(size_t M, size_t N, size_t K, size_t elem_bytes, size_t row_multiple) {
-    const size_t l2_a_budget = 256 * 1024, l2_b_budget = FD_GEMM_L2_B_BUDGET;
+    const size_t l2_a_budget = 256 * 1024, l2_b_budget = 512 * 1024;
     const size_t a_row_bytes = K * elem_bytes;
     size_t chunk;
     if (K * N * elem_bytes > l2_b_budget || M * a_row_bytes <= 2 * l2_a_budget) return M;
@@ -122,21 +119,22 @@ static inline size_t fd_gemm_row_chunk(size_t M, size_t N, size_t K, size_t elem
     return chunk < row_multiple ? row_multiple : chunk;
 }
 
-/* Taps per block of K (the SIMD kernels' loop over blocks of taps, each block's B panel rows reused from
- * L2 by every row tile): a B panel row is 128 bytes (32 floats / 16 doubles), so a panel of K rows over
- * FD_GEMM_K_BLOCK is more than L2 keeps next to A and C while the row tiles stream it again and again.
- * Such a K is cut at tap boundaries into equal blocks of at most FD_GEMM_K_BLOCK rows (one tap at
- * least); the blocks after the first add to C, so C's elements are summed in a different order than with
- * one block, by the shape alone. A GEMM of one row tile reads each panel once: it keeps one block. */
-#ifndef FD_GEMM_K_BLOCK
-#define FD_GEMM_K_BLOCK 1024
+/* Taps per block of a B panel (the SIMD kernels' row tiles run a panel's taps in blocks, each block's
+ * rows reused from L2 by every row tile before the next block): a panel of over FD_GEMM_PANEL_L2_BYTES
+ * (K rows of `row_bytes`: 128 for a 32-float or 16-double panel) is more than L2 keeps next to the A rows
+ * and C while the row tiles stream it again and again. Such a panel is cut at tap boundaries into equal
+ * blocks of at most half that (one tap at least); the blocks after the first add to C, so those C
+ * elements sum in another order than one block would. The cut depends on K and the panel's width alone,
+ * never on M or a thread's share of the columns (cut at whole panels), so every thread count gives the
+ * same bits. */
+#ifndef FD_GEMM_PANEL_L2_BYTES
+#define FD_GEMM_PANEL_L2_BYTES (256 * 1024)
 #endif
-static inline size_t fd_gemm_tap_block(size_t M, size_t N, size_t T, size_t Kc, size_t elem_bytes, size_t tile_rows) {
+static inline size_t fd_gemm_tap_block(size_t T, size_t Kc, size_t row_bytes) {
+    const size_t block_rows = FD_GEMM_PANEL_L2_BYTES / 2 / row_bytes;
     size_t per_block, blocks;
-    if (FD_GEMM_K_BLOCK == 0 || M <= tile_rows || T * Kc <= 2 * (size_t)FD_GEMM_K_BLOCK ||
-        T * Kc * N * elem_bytes <= FD_GEMM_L2_B_BUDGET)
-        return T;
-    per_block = Kc < (size_t)FD_GEMM_K_BLOCK ? FD_GEMM_K_BLOCK / Kc : 1;
+    if (FD_GEMM_PANEL_L2_BYTES == 0 || T * Kc * row_bytes <= (size_t)FD_GEMM_PANEL_L2_BYTES) return T;
+    per_block = Kc < block_rows ? block_rows / Kc : 1;
     blocks = (T + per_block - 1) / per_block;
     return (T + blocks - 1) / blocks;
 }

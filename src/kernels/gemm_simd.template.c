@@ -263,8 +263,7 @@ FD_DEFINE_TILE(tile_narrow_short, FD_SHORT_MR, FD_NARROW_NV, 1, 1, FD_NOINLINE)
  * (FD_VHSUMS). A tap missing from a row
  * (FD_GEMM_SKIP_NULL) is left out of that row's accumulators alone. */
 static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(dot_tile)(
-    const int MR, const int NC, size_t mr, size_t T, size_t taps, size_t Kc, const FD_REAL *const *a_rows,
-    const FD_REAL *bt,
+    const int MR, const int NC, size_t mr, size_t T, size_t Kc, const FD_REAL *const *a_rows, const FD_REAL *bt,
     const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0, int accumulate) {
     FD_VEC acc[FD_DOT_ACC][FD_GEMM_DOT_MAX_N];
     const size_t K = T * Kc, full = Kc / FD_LANES * FD_LANES;
@@ -274,7 +273,7 @@ FD_UNROLL_BY(16)
     for (i = 0; i < MR; i++)
 FD_UNROLL_BY(4)
         for (n = 0; n < NC; n++) acc[i][n] = FD_VZERO();
-    for (t = 0; t < taps; t++) {
+    for (t = 0; t < T; t++) {
         const FD_REAL *a[FD_DOT_ACC];
         int complete = 1;
 FD_UNROLL_BY(16)
@@ -344,14 +343,13 @@ FD_UNROLL_BY(4)
 /* One instantiation per column count, each with as many rows as FD_DOT_ACC accumulators allow. */
 #define FD_DOT_ROWS(nc) (FD_DOT_ACC / (nc) < 8 ? FD_DOT_ACC / (nc) : 8)
 #define FD_DEFINE_DOT(nc)                                                                                        \
-    static FD_TARGET void FD_SIMD_FN(dot_##nc)(size_t M, size_t T, size_t taps, size_t Kc,                     \
-                                               const FD_REAL *const *a_rows,                                      \
+    static FD_TARGET void FD_SIMD_FN(dot_##nc)(size_t M, size_t T, size_t Kc, const FD_REAL *const *a_rows,      \
                                                const FD_REAL *bt, const FD_REAL *bias, FD_REAL *const *c_rows,    \
                                                size_t n0, int accumulate) {                                       \
         size_t m0;                                                                                                \
         for (m0 = 0; m0 < M; m0 += FD_DOT_ROWS(nc))                                                               \
-            FD_SIMD_FN(dot_tile)(FD_DOT_ROWS(nc), nc, M - m0 < FD_DOT_ROWS(nc) ? M - m0 : FD_DOT_ROWS(nc), T, taps, \
-                                 Kc, a_rows + m0 * T, bt, bias, c_rows + m0, n0, accumulate);                     \
+            FD_SIMD_FN(dot_tile)(FD_DOT_ROWS(nc), nc, M - m0 < FD_DOT_ROWS(nc) ? M - m0 : FD_DOT_ROWS(nc), T, Kc, \
+                                 a_rows + m0 * T, bt, bias, c_rows + m0, n0, accumulate);                         \
     }
 FD_DEFINE_DOT(1)
 FD_DEFINE_DOT(2)
@@ -360,87 +358,95 @@ FD_DEFINE_DOT(4)
 #undef FD_DEFINE_DOT
 #undef FD_DOT_ROWS
 
-/* All tiles of C rows [0, M) (pointer arrays already offset) over taps [t0, t0 + taps), panel by panel:
- * a B panel is reused from L1/L2 by every row tile before moving on. */
-static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t t0, size_t taps, size_t Kc,
+/* The row tiles of one panel (of `width` columns, `valid` of them C's) from row `first`, over the taps
+ * [0, taps) of a_rows (T pointers per row) against the panel's rows from b on. */
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t first, size_t width, size_t valid,
+                                                              size_t T, size_t taps, size_t Kc,
+                                                              const FD_REAL *const *a_rows, const FD_REAL *b,
+                                                              const FD_REAL *bias, FD_REAL *const *c_rows, size_t n0,
+                                                              int accumulate, int skip) {
+    const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
+    size_t m0, j;
+    if (width >= wide) {
+        for (m0 = first; m0 < M; m0 += FD_WIDE_MR) {
+            const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
+            const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
+            for (j = 0; j < valid; j += wide) {
+                if (M <= FD_SHORT_MR)
+                    FD_SIMD_FN(tile_wide_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                                c_rows + m0, n0 + j, accumulate);
+                else if (sparse)
+                    FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                               c_rows + m0, n0 + j, accumulate);
+                else
+                    FD_SIMD_FN(tile_wide)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                          c_rows + m0, n0 + j, accumulate);
+            }
+        }
+    } else {
+        for (m0 = first; m0 < M; m0 += FD_NARROW_MR) {
+            const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
+            const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
+            for (j = 0; j < valid; j += narrow) {
+                if (M <= FD_SHORT_MR)
+                    FD_SIMD_FN(tile_narrow_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                                  c_rows + m0, n0 + j, accumulate);
+                else if (sparse)
+                    FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                                 c_rows + m0, n0 + j, accumulate);
+                else
+                    FD_SIMD_FN(tile_narrow)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                                            c_rows + m0, n0 + j, accumulate);
+            }
+        }
+    }
+}
+
+/* All tiles of C rows [0, M) (pointer arrays already offset), panel by panel: a B panel is reused from
+ * L1/L2 by every row tile before moving on; a panel too long for L2 by blocks of its taps
+ * (fd_gemm_tap_block), each block by every row tile before the next, whose tiles add to C. */
+static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t Kc,
                                                 const FD_REAL *const *a_rows, const FD_REAL *packed_b,
                                                 const FD_REAL *bias, FD_REAL *const *c_rows, int flags) {
-    const size_t K = T * Kc, k0 = t0 * Kc;
-    const size_t wide = FD_WIDE_NV * FD_LANES, narrow = FD_NARROW_NV * FD_LANES;
+    const size_t K = T * Kc;
     const int accumulate = (flags & FD_GEMM_ACCUMULATE) != 0, skip = (flags & FD_GEMM_SKIP_NULL) != 0;
     const int dense = (flags & FD_GEMM_DENSE) != 0 && T == 1 && !accumulate && bias == NULL;
-    a_rows += t0;
-    size_t n0, m0, j;
+    size_t n0, t0;
     for (n0 = 0; n0 < N; n0 += FD_PANEL) {
         const size_t width = fd_gemm_panel_width(N, n0, FD_PANEL, FD_GRANULE);
         const size_t valid = N - n0 < width ? N - n0 : width;
         const FD_REAL *panel = packed_b + K * n0;
-        if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {   /* transposed: column j's taps at panel + j*K + k0 */
-            typedef void (*dot_fn)(size_t, size_t, size_t, size_t, const FD_REAL *const *, const FD_REAL *,
-                                   const FD_REAL *, FD_REAL *const *, size_t, int);
+        if (fd_gemm_panel_is_dot(N, n0, FD_PANEL)) {
+            typedef void (*dot_fn)(size_t, size_t, size_t, const FD_REAL *const *, const FD_REAL *, const FD_REAL *,
+                                   FD_REAL *const *, size_t, int);
             static const dot_fn dots[FD_GEMM_DOT_MAX_N] = {FD_SIMD_FN(dot_1), FD_SIMD_FN(dot_2), FD_SIMD_FN(dot_3),
                                                            FD_SIMD_FN(dot_4)};
-            dots[valid - 1](M, T, taps, Kc, a_rows, panel + k0, bias, c_rows, n0, accumulate);
+            dots[valid - 1](M, T, Kc, a_rows, panel, bias, c_rows, n0, accumulate);
             continue;
         }
-        panel += k0 * width;
 #ifdef FD_DENSE_WIDE_MR
         const size_t first = dense && valid == width ? FD_SIMD_FN(dense_rows)(M, N, Kc, width, a_rows, panel, c_rows, n0) : 0;
 #else
         const size_t first = 0;
         (void)dense;
 #endif
-        if (width >= wide) {
-            for (m0 = first; m0 < M; m0 += FD_WIDE_MR) {
-                const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
-                const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
-                for (j = 0; j < valid; j += wide) {
-                    if (M <= FD_SHORT_MR)
-                        FD_SIMD_FN(tile_wide_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                                    c_rows + m0, n0 + j, accumulate);
-                    else if (sparse)
-                        FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                                   c_rows + m0, n0 + j, accumulate);
-                    else
-                        FD_SIMD_FN(tile_wide)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                              c_rows + m0, n0 + j, accumulate);
-                }
-            }
-        } else {
-            for (m0 = first; m0 < M; m0 += FD_NARROW_MR) {
-                const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
-                const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
-                for (j = 0; j < valid; j += narrow) {
-                    if (M <= FD_SHORT_MR)
-                        FD_SIMD_FN(tile_narrow_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width,
-                                                      bias, c_rows + m0, n0 + j, accumulate);
-                    else if (sparse)
-                        FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width,
-                                                     bias, c_rows + m0, n0 + j, accumulate);
-                    else
-                        FD_SIMD_FN(tile_narrow)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, panel + j, width, bias,
-                                                c_rows + m0, n0 + j, accumulate);
-                }
-            }
-        }
+        const size_t block = fd_gemm_tap_block(T, Kc, width * sizeof(FD_REAL));
+        for (t0 = 0; t0 < T; t0 += block)
+            FD_SIMD_FN(panel_tiles)(M, first, width, valid, T, T - t0 < block ? T - t0 : block, Kc, a_rows + t0,
+                                    panel + t0 * Kc * width, t0 == 0 ? bias : NULL, c_rows, n0, accumulate || t0 > 0,
+                                    skip);
     }
 }
 
 
-/* Taps in blocks (fd_gemm_tap_block): all rows and panels of one block before the next, the blocks after
- * the first adding to C; within a block, M in chunks (fd_gemm_row_chunk). */
 FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc, const FD_REAL *const *a_rows,
                                          const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
                                          int flags) {
-    const size_t block = fd_gemm_tap_block(M, N, T, Kc, sizeof(FD_REAL), FD_WIDE_MR);
-    const size_t chunk = fd_gemm_row_chunk(M, N, block * Kc, sizeof(FD_REAL), FD_WIDE_MR * FD_NARROW_MR);
-    size_t t0, m0;
-    for (t0 = 0; t0 < T; t0 += block) {
-        const size_t taps = T - t0 < block ? T - t0 : block;
-        for (m0 = 0; m0 < M; m0 += chunk)
-            FD_SIMD_FN(rows_by_panel)(M - m0 < chunk ? M - m0 : chunk, N, T, t0, taps, Kc, a_rows + m0 * T, packed_b,
-                                      t0 == 0 ? bias : NULL, c_rows + m0, t0 == 0 ? flags : flags | FD_GEMM_ACCUMULATE);
-    }
+    const size_t chunk = fd_gemm_row_chunk(M, N, T * Kc, sizeof(FD_REAL), FD_WIDE_MR * FD_NARROW_MR);
+    size_t m0;
+    for (m0 = 0; m0 < M; m0 += chunk)
+        FD_SIMD_FN(rows_by_panel)(M - m0 < chunk ? M - m0 : chunk, N, T, Kc, a_rows + m0 * T, packed_b, bias,
+                                  c_rows + m0, flags);
 }
 
 #undef FD_A_LINE

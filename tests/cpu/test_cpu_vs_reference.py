@@ -120,6 +120,9 @@ NAMED_DECONV = {
     "exact_cover_cropped_grouped": Case(hw=(5, 7), c_in=8, c_out=6, groups=2, kernel=(2, 3), stride=(2, 3),
                                         padding=(1, 2)),
     "exact_cover_long_runs": Case(hw=(3, 4), c_in=6, c_out=5, kernel=(4, 4), stride=4),
+    # a phase GEMM of 9 taps x 260 channels: B panels over 256 KiB run in blocks of taps, the later ones
+    # adding to C (src/kernels/gemm_internal.h); 40 columns: a blocked 32-wide panel beside a narrow one
+    "tap_blocks": Case(hw=(4, 5), c_in=260, c_out=40, kernel=(6, 6), stride=2, padding=2),
 }
 DTYPE_PARAMS = ["float16", "float32", "float64"]
 
