@@ -176,7 +176,7 @@ def test_fork_in_the_middle_of_threaded_calls():
     (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
     (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
     # GEMM panels of K > 2048 run in blocks of taps (src/kernels/gemm_internal.h), cut by K alone
-    ("phase", (1, 4, 5, 260), (260, 6, 6, 40), dict(stride=2, padding=2)),
+    ("phase", (2, 6, 5, 260), (260, 6, 6, 40), dict(stride=2, padding=2)),
     (None, (1, 8, 7, 256), (40, 3, 3, 256), dict(padding=2, dilation=2)),         # conv2d: im2col
 ], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col", "conv-depthwise",
         "phase-tap-blocks", "im2col-tap-blocks"])
