@@ -23,6 +23,8 @@
  * constants after inlining, so acc[][] lives in registers. */
 /* elements of A in a 64-byte cache line */
 #define FD_A_LINE (64 / (int)sizeof(FD_REAL))
+/* k steps unrolled inside a line of A (the tile's inner loop) */
+#define FD_K_UNROLL 8
 
 /* A GEMM of at most this many rows (a convolution of a 2x2 output over a large weight, a deconvolution of a
  * 2x2 input) runs tiles of this many rows instead of the wide/narrow tiles' 6-12, which would compute the
@@ -45,7 +47,7 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(tile)(
     FD_REAL *c[FD_TILE_MAX_MR];
     const int full = nc >= (size_t)(NV * FD_LANES);
     int i, v;
-    size_t t, k;
+    size_t t, k, k0;
 
     /* Rows past mr repeat row mr-1 so the inner loop keeps its fixed shape. */
 FD_UNROLL_BY(32)
@@ -93,32 +95,38 @@ FD_UNROLL_BY(4)
                 }
             }
         }
-        for (k = 0; k < Kc; k++) {
-            FD_VEC bv[FD_TILE_MAX_NV];
-            /* A rows stream from memory through MR pointers at once, more streams than the
-               hardware prefetcher follows: ask for each row's line two lines ahead, once per
-               line, only while that line is still in this tap's Kc elements: past them lies
-               memory that this call may never read, and a tap of a few channels (Kc = 3) would
-               issue MR prefetches for a few FMAs per row, which cost more than they save. */
-            if ((k & (FD_A_LINE - 1)) == 0 && k + 2 * FD_A_LINE < Kc) {
+        /* A line of k at a time (FD_A_LINE elements): A rows stream from memory through MR pointers at
+           once, more streams than the hardware prefetcher follows, so each row's line two lines ahead is
+           asked for once per line, only while it is still in this tap's Kc elements (past them lies
+           memory that this call may never read; a tap of a few channels, Kc = 3, would issue MR
+           prefetches for a few FMAs per row, which cost more than they save). Inside a line the k steps
+           are unrolled (FD_K_UNROLL): the loop's own instructions and the reloads of spilled row pointers
+           then no longer share every step's issue slots with its FMAs. */
+        for (k0 = 0; k0 < Kc; k0 += FD_A_LINE) {
+            const size_t k_end = Kc - k0 < FD_A_LINE ? Kc : k0 + FD_A_LINE;
+            if (k0 + 2 * FD_A_LINE < Kc) {
 FD_UNROLL_BY(32)
-                for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k + 2 * FD_A_LINE);
+                for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k0 + 2 * FD_A_LINE);
             }
-            /* STREAM (a constant): B's line this far ahead, while it is still in this tap's rows */
-            if (STREAM && k + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) < Kc) {
+FD_UNROLL_BY(FD_K_UNROLL)
+            for (k = k0; k < k_end; k++) {
+                FD_VEC bv[FD_TILE_MAX_NV];
+                /* STREAM (a constant): B's line this far ahead, while it is still in this tap's rows */
+                if (STREAM && k + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) < Kc) {
 FD_UNROLL_BY(4)
-                for (v = 0; v < NV; v++)
-                    FD_PREFETCH_READ(bk + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) * b_stride +
-                                     v * FD_LANES);
-            }
+                    for (v = 0; v < NV; v++)
+                        FD_PREFETCH_READ(bk + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) * b_stride +
+                                         v * FD_LANES);
+                }
 FD_UNROLL_BY(4)
-            for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
-            bk += b_stride;
+                for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
+                bk += b_stride;
 FD_UNROLL_BY(32)
-            for (i = 0; i < MR; i++) {
-                const FD_VEC ai = FD_VBCAST(a[i] + k);
+                for (i = 0; i < MR; i++) {
+                    const FD_VEC ai = FD_VBCAST(a[i] + k);
 FD_UNROLL_BY(4)
-                for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
+                    for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
+                }
             }
         }
         if (SKIP && missing) {
@@ -450,6 +458,7 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 }
 
 #undef FD_A_LINE
+#undef FD_K_UNROLL
 #undef FD_SHORT_MR
 #undef FD_STREAM_AHEAD_BYTES
 #undef FD_TILE_MAX_MR
