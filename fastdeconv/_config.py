@@ -98,7 +98,8 @@ def config() -> dict[str, Any]:
         "simd_paths": _simd_paths(info),
         "algorithms": (f"conv_transpose2d: {', '.join(_cpu.algorithms(True))}; "
                        f"conv2d: {', '.join(_cpu.algorithms(False))}"),
-        "gemm": f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library)",
+        "gemm": (f"own indirect-GEMM microkernels, path in use: {info['gemm_isa']} (no BLAS library); "
+                 f"B panels over {info['gemm_panel_budget_bytes'] >> 10} KiB run in blocks of taps (0: never)"),
         "winograd_stores": _winograd_stores(info),
         "workspace_bound": (
             f"per thread, independent of the image size: col2im a {_cpu.COL2IM_WORKSPACE_BYTES >> 20} MiB "

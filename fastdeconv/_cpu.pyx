@@ -62,6 +62,8 @@ cdef extern from "kernels/gemm.h" nogil:
     int fd_gemm_isa_compiled(int isa)
     int fd_gemm_get_isa()
     int fd_gemm_set_isa(int isa)
+    size_t fd_gemm_panel_budget()
+    void fd_gemm_set_panel_budget(long long nbytes)
     const char *fd_gemm_isa_name(int isa)
 
 cdef extern from "kernels/winograd_tiles.h" nogil:
@@ -262,6 +264,7 @@ def build_info():
         "gemm_isa_supported": isas,
         "isa_kernels_compiled": compiled,
         "winograd_stream_min_bytes": get_winograd_stream_min_bytes(),
+        "gemm_panel_budget_bytes": get_gemm_panel_budget(),
     }
 
 
@@ -278,6 +281,26 @@ def set_gemm_isa(str name):
 
 def get_gemm_isa():
     return fd_gemm_isa_name(fd_gemm_get_isa()).decode()
+
+
+def set_gemm_panel_budget(nbytes):
+    """Force the GEMM's panel budget (src/kernels/gemm.h: B panels of more bytes run in blocks of taps,
+    which changes the order of their sums; 0: never cut; rounded down to whole KiB), or restore the
+    automatic choice (None: half of one core's L2 on Intel, a quarter on AMD, 256 KiB where the L2 size
+    is unknown). For tests and benchmarks."""
+    if nbytes is None:
+        fd_gemm_set_panel_budget(-1)
+        return
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool):
+        raise TypeError(f"nbytes must be an int or None, got {nbytes!r}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0 (0: never cut a panel), got {nbytes}; pass None for the automatic budget")
+    fd_gemm_set_panel_budget(min(nbytes, 1 << 40))
+
+
+def get_gemm_panel_budget():
+    """The GEMM's panel budget in bytes (0: panels are never cut)."""
+    return int(fd_gemm_panel_budget())
 
 
 def set_winograd_stream_output(mode):

@@ -72,6 +72,21 @@ def algorithm_supports(algorithm: str | None, geometry) -> bool:
     return algorithm is None or _cpu_backend.supports(algorithm, geometry)
 
 
+#: The GEMM panel budget the tap-block cases are drawn for (src/kernels/gemm.h), forced by them on every CPU
+#: (the automatic budget follows the CPU's L2 and may leave their panels whole).
+TAP_BLOCK_BUDGET = 256 * 1024
+
+
+@contextlib.contextmanager
+def gemm_panel_budget(nbytes: int):
+    """Force the GEMM's panel budget for the duration of the block, then restore the automatic one."""
+    _cpu.set_gemm_panel_budget(nbytes)
+    try:
+        yield
+    finally:
+        _cpu.set_gemm_panel_budget(None)
+
+
 @contextlib.contextmanager
 def threaded(num_threads: int | None = None, serial_flops: int = 0):
     """Use threads even for tiny problems (the backend runs small layers serially by default)."""

@@ -42,13 +42,13 @@
  * KERNELS (XNNPACK-style igemm, gemm_simd.template.c): A is broadcast straight from
  * the row pointers (no A packing), each k step loads one packed B row of the tile and
  * does MR x NV FMAs into register accumulators. Loop order: panel outer, row tile
- * inner, so one B panel (K x 32 floats = 128 B per k) is reused from L1/L2 by every
+ * inner (LOOP ORDER), so one B panel (K x 32 floats = 128 B per k) is reused from L1/L2 by every
  * row tile; when all of B fits in L2 but A does not, M is first cut into chunks of
- * ~256 KiB of A (gemm_internal.h). A panel too long for L2 (K over 2048, B over 512 KiB,
- * more rows than a tile) is cut first: K in blocks of whole taps of at most 1024 rows
+ * ~256 KiB of A (gemm_internal.h). A panel too long for L2 (over fd_gemm_panel_budget() bytes,
+ * below) is cut first: K in blocks of whole taps of at most half the budget
  * (fd_gemm_tap_block), all panels and row tiles of one block before the next, whose tiles
  * add to C (so such a C sums in another order than one block would; the same at every
- * thread count, since only the shape decides). N tails use masked loads/stores; M tails repeat the
+ * thread count, since only the shape and the CPU's L2 decide). N tails use masked loads/stores; M tails repeat the
  * last row pointer (computed, never stored). Tiles chosen by measurement:
  *   avx512 f32: 12 x 32 (24 zmm acc) on full panels, 8 x 16 on a 16-wide last panel
  *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8
@@ -131,6 +131,14 @@ int fd_gemm_isa_compiled(int isa);     /* 1 if this build has the path's own ker
 int fd_gemm_get_isa(void);             /* the path in use */
 int fd_gemm_set_isa(int isa);          /* force a path (tests); 0 on success, -1 if unsupported */
 const char *fd_gemm_isa_name(int isa); /* "portable", "avx2", "avx512", "neon"; "unknown" for any other id */
+
+/* The panel budget: B panels of more bytes than this run in blocks of taps (LOOP ORDER above); 0: never cut.
+ * The automatic value is resolved once from the CPU: half of one core's L2 on Intel (2 MiB L2: 1 MiB), a
+ * quarter on AMD (1 MiB L2: 256 KiB), 256 KiB where cpuid gives no L2 size (and off x86). Results depend
+ * on it (blocked panels sum in another order), never on the thread count. fd_gemm_set_panel_budget forces
+ * a value (tests); a negative one restores the automatic choice. */
+size_t fd_gemm_panel_budget(void);
+void fd_gemm_set_panel_budget(long long bytes);
 
 #ifdef __cplusplus
 }

@@ -64,6 +64,31 @@ int fd_gemm_set_isa(int isa) {
     return 0;
 }
 
+/* The panel budget (gemm.h) in KiB: forced (>= 0) or automatic (-1); the automatic value is -1 until
+ * resolved (fd_choice_get). Half (Intel) or a quarter (AMD) of one core's L2: measured on a Sapphire Rapids
+ * class Xeon (2 MiB L2, where a quarter cost 5-15 % on 1-2 MiB panels and half ran as fast as never
+ * cutting them, or faster from 2 MiB on) and on Zen 5 (1 MiB L2, where a quarter gained 5-20 %);
+ * asv_benches/NOTES.md. */
+#define FD_GEMM_DEFAULT_PANEL_KIB 256
+static int fd_gemm_panel_kib_forced = -1;
+static int fd_gemm_panel_kib_auto = -1;
+
+static int auto_panel_kib(void) {
+    const long long l2 = fd_cpu_cache_kib(2);
+    const int vendor = fd_cpu_vendor();
+    if (l2 <= 0 || l2 > (1 << 20)) return FD_GEMM_DEFAULT_PANEL_KIB;
+    return (int)(vendor == FD_CPU_VENDOR_AMD ? l2 / 4 : vendor == FD_CPU_VENDOR_INTEL ? l2 / 2 : FD_GEMM_DEFAULT_PANEL_KIB);
+}
+
+size_t fd_gemm_panel_budget(void) {
+    const int forced = fd_choice_load(&fd_gemm_panel_kib_forced);
+    return (size_t)(forced >= 0 ? forced : fd_choice_get(&fd_gemm_panel_kib_auto, auto_panel_kib)) * 1024;
+}
+
+void fd_gemm_set_panel_budget(long long bytes) {
+    fd_choice_store(&fd_gemm_panel_kib_forced, bytes < 0 ? -1 : bytes / 1024 > (1 << 20) ? (1 << 20) : (int)(bytes / 1024));
+}
+
 /* The public entry of one element type: the ISA path chosen at run time. */
 #define FD_GEMM_DISPATCH(p, real)                                                                              \
     void fd_##p##gemm_indirect(size_t M, size_t N, size_t T, size_t Kc, const real *const *a_rows,             \

@@ -120,20 +120,17 @@ static inline size_t fd_gemm_row_chunk(size_t M, size_t N, size_t K, size_t elem
 }
 
 /* Taps per block of a B panel (the SIMD kernels' row tiles run a panel's taps in blocks, each block's
- * rows reused from L2 by every row tile before the next block): a panel of over FD_GEMM_PANEL_L2_BYTES
- * (K rows of `row_bytes`: 128 for a 32-float or 16-double panel) is more than L2 keeps next to the A rows
- * and C while the row tiles stream it again and again. Such a panel is cut at tap boundaries into equal
- * blocks of at most half that (one tap at least); the blocks after the first add to C, so those C
- * elements sum in another order than one block would. The cut depends on K and the panel's width alone,
- * never on M or a thread's share of the columns (cut at whole panels), so every thread count gives the
- * same bits. */
-#ifndef FD_GEMM_PANEL_L2_BYTES
-#define FD_GEMM_PANEL_L2_BYTES (256 * 1024)
-#endif
-static inline size_t fd_gemm_tap_block(size_t T, size_t Kc, size_t row_bytes) {
-    const size_t block_rows = FD_GEMM_PANEL_L2_BYTES / 2 / row_bytes;
+ * rows reused from L2 by every row tile before the next block): a panel of over `budget` bytes
+ * (fd_gemm_panel_budget(); K rows of `row_bytes`: 128 for a 32-float or 16-double panel) is more than L2
+ * keeps next to the A rows and C while the row tiles stream it again and again. Such a panel is cut at tap
+ * boundaries into equal blocks of at most half the budget (one tap at least); the blocks after the first
+ * add to C, so those C elements sum in another order than one block would. The cut depends on K, the
+ * panel's width and the budget alone, never on M or a thread's share of the columns (cut at whole
+ * panels), so every thread count gives the same bits. */
+static inline size_t fd_gemm_tap_block(size_t T, size_t Kc, size_t row_bytes, size_t budget) {
+    const size_t block_rows = budget / 2 / row_bytes;
     size_t per_block, blocks;
-    if (FD_GEMM_PANEL_L2_BYTES == 0 || T * Kc * row_bytes <= (size_t)FD_GEMM_PANEL_L2_BYTES) return T;
+    if (budget == 0 || T * Kc * row_bytes <= budget) return T;
     per_block = Kc < block_rows ? block_rows / Kc : 1;
     blocks = (T + per_block - 1) / per_block;
     return (T + blocks - 1) / blocks;

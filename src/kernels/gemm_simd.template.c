@@ -415,7 +415,8 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
  * (fd_gemm_tap_block), each block by every row tile before the next, whose tiles add to C. */
 static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, size_t Kc,
                                                 const FD_REAL *const *a_rows, const FD_REAL *packed_b,
-                                                const FD_REAL *bias, FD_REAL *const *c_rows, int flags) {
+                                                const FD_REAL *bias, FD_REAL *const *c_rows, int flags,
+                                                size_t panel_budget) {
     const size_t K = T * Kc;
     const int accumulate = (flags & FD_GEMM_ACCUMULATE) != 0, skip = (flags & FD_GEMM_SKIP_NULL) != 0;
     const int dense = (flags & FD_GEMM_DENSE) != 0 && T == 1 && !accumulate && bias == NULL;
@@ -438,7 +439,7 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
         const size_t first = 0;
         (void)dense;
 #endif
-        const size_t block = fd_gemm_tap_block(T, Kc, width * sizeof(FD_REAL));
+        const size_t block = fd_gemm_tap_block(T, Kc, width * sizeof(FD_REAL), panel_budget);
         for (t0 = 0; t0 < T; t0 += block)
             FD_SIMD_FN(panel_tiles)(M, first, width, valid, T, T - t0 < block ? T - t0 : block, Kc, a_rows + t0,
                                     panel + t0 * Kc * width, t0 == 0 ? bias : NULL, c_rows, n0, accumulate || t0 > 0,
@@ -451,10 +452,11 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
                                          const FD_REAL *packed_b, const FD_REAL *bias, FD_REAL *const *c_rows,
                                          int flags) {
     const size_t chunk = fd_gemm_row_chunk(M, N, T * Kc, sizeof(FD_REAL), FD_WIDE_MR * FD_NARROW_MR);
+    const size_t panel_budget = fd_gemm_panel_budget();
     size_t m0;
     for (m0 = 0; m0 < M; m0 += chunk)
         FD_SIMD_FN(rows_by_panel)(M - m0 < chunk ? M - m0 : chunk, N, T, Kc, a_rows + m0 * T, packed_b, bias,
-                                  c_rows + m0, flags);
+                                  c_rows + m0, flags, panel_budget);
 }
 
 #undef FD_A_LINE

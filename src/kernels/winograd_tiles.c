@@ -68,7 +68,7 @@ static int fd_winograd_stream_auto_kib = -1;
 static int stream_auto_kib(void) {
     if (fd_winograd_avx512_available() <= 0) return INT_MAX;   /* only the AVX-512 path streams */
     if (fd_cpu_vendor() == FD_CPU_VENDOR_INTEL) return 0;
-    const long long third = fd_cpu_l3_kib() / 3;
+    const long long third = fd_cpu_cache_kib(3) / 3;
     return third > 0 && third < INT_MAX ? (int)third : INT_MAX;
 }
 

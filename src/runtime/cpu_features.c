@@ -119,7 +119,7 @@ int fd_cpu_vendor(void) {
     return FD_CPU_VENDOR_OTHER;
 }
 
-long long fd_cpu_l3_kib(void) {
+long long fd_cpu_cache_kib(int level) {
 #if FD_CPU_X86
     const unsigned leaf = fd_cpu_vendor() == FD_CPU_VENDOR_AMD ? 0x8000001Du : 4u;
     if (max_leaf(leaf & 0x80000000u) < leaf) return 0;
@@ -127,9 +127,9 @@ long long fd_cpu_l3_kib(void) {
         unsigned r[4];
         cpuid(leaf, index, r);
         const unsigned a = r[0], b = r[1], c = r[2];
-        const unsigned type = a & 0x1f, level = (a >> 5) & 7;
+        const unsigned type = a & 0x1f, cache_level = (a >> 5) & 7;
         if (type == 0) break;                        /* no more caches */
-        if (level == 3 && (type == 1 || type == 3))  /* data or unified */
+        if ((int)cache_level == level && (type == 1 || type == 3))  /* data or unified */
             return (long long)(((b >> 22) & 0x3ff) + 1) * (((b >> 12) & 0x3ff) + 1) * ((b & 0xfff) + 1) *
                    ((long long)c + 1) / 1024;
     }

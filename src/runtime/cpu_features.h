@@ -33,8 +33,9 @@ int fd_cpu_supports_all(unsigned mask);
 enum { FD_CPU_VENDOR_OTHER = 0, FD_CPU_VENDOR_INTEL = 1, FD_CPU_VENDOR_AMD = 2 };
 int fd_cpu_vendor(void);
 
-/* KiB of the level-3 cache from cpuid's deterministic cache parameters (leaf 0x8000001D on AMD, leaf 4
- * on every other vendor: ways x partitions x line size x sets), or 0 when no leaf describes one. */
-long long fd_cpu_l3_kib(void);
+/* KiB of the data or unified cache of `level` (2: one core's L2, 3: the L3) from cpuid's deterministic
+ * cache parameters (leaf 0x8000001D on AMD, leaf 4 on every other vendor: ways x partitions x line size x
+ * sets), or 0 when no leaf describes one (and off x86). */
+long long fd_cpu_cache_kib(int level);
 
 #endif

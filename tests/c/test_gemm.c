@@ -261,15 +261,18 @@ static void run_sweep(int quick) {
         check_s(30, 33, 2, 300, 1, 0, 1);
         check_d(30, 33, 2, 300, 0, 1, 1);
         check_s(27, 48, 7, 50, 0, 0, 1);
-        /* B panels in blocks of taps (gemm_internal.h, fd_gemm_tap_block: panels over 256 KiB): the bias in
+        /* B panels in blocks of taps (gemm_internal.h, fd_gemm_tap_block: panels over the budget, forced to
+           256 KiB here whatever this CPU's L2 gives): the bias in
            the first block only, later blocks adding to C, NULL taps, a transposed dot panel of 3 columns
            beside them, one tap per block (a Kc over the block), a 16-wide panel of float (64-byte rows), a
            panel of 8 doubles left whole beside blocked ones, the short tiles of at most 4 rows */
+        fd_gemm_set_panel_budget(256 * 1024);
         check_s(30, 35, 5, 500, 1, 0, 1);
         check_d(30, 18, 3, 1100, 2, 1, 1);
         check_s(25, 16, 9, 500, 1, 0, 0);
         check_d(7, 40, 6, 400, 1, 0, 1);
         check_s(3, 64, 6, 512, 2, 0, 1);
+        fd_gemm_set_panel_budget(-1);
         printf("  %-8s %s\n", fd_gemm_isa_name(isa), failures == before ? "ok" : "FAILED");
     }
 }

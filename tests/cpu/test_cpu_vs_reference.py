@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastdeconv
+from fastdeconv import _cpu
 from fastdeconv._backends import cpu as _cpu_backend
-from helpers import (CONV_ALGORITHMS, CONV_PATHS, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, Case, algorithm_supports,
-                     check_case, examples)
+from helpers import (CONV_ALGORITHMS, CONV_PATHS, DECONV_ALGORITHMS, DECONV_PATHS, LAYOUTS, TAP_BLOCK_BUDGET, Case,
+                     algorithm_supports, check_case, examples, gemm_panel_budget)
 from strategies import conv_cases, deconv_cases
 
 SETTINGS = settings(
@@ -120,8 +122,9 @@ NAMED_DECONV = {
     "exact_cover_cropped_grouped": Case(hw=(5, 7), c_in=8, c_out=6, groups=2, kernel=(2, 3), stride=(2, 3),
                                         padding=(1, 2)),
     "exact_cover_long_runs": Case(hw=(3, 4), c_in=6, c_out=5, kernel=(4, 4), stride=4),
-    # a phase GEMM of 9 taps x 260 channels: B panels over 256 KiB run in blocks of taps, the later ones
-    # adding to C (src/kernels/gemm_internal.h); 40 columns: a blocked 32-wide panel beside a narrow one
+    # a phase GEMM of 9 taps x 260 channels: B panels over the panel budget (forced to 256 KiB for the named
+    # cases) run in blocks of taps, the later ones adding to C (src/kernels/gemm_internal.h); 40 columns: a
+    # blocked 32-wide panel beside a narrow one
     "tap_blocks": Case(hw=(4, 5), c_in=260, c_out=40, kernel=(6, 6), stride=2, padding=2),
 }
 DTYPE_PARAMS = ["float16", "float32", "float64"]
@@ -145,7 +148,34 @@ def _named_deconv_params():
 def test_conv_transpose2d_named(deconv_path, name, dtype):
     case = NAMED_DECONV[name]
     case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": 3})
-    assert check_case(case, algorithm=deconv_path[0])
+    with gemm_panel_budget(TAP_BLOCK_BUDGET):
+        assert check_case(case, algorithm=deconv_path[0])
+
+
+def test_gemm_panel_budget_cuts_panels_and_restores():
+    """The budget is rounded to KiB, 0 never cuts, None restores the CPU's; a cut panel sums in another
+    order (so the budget is seen by the kernels), and both orders match the reference."""
+    automatic = _cpu.get_gemm_panel_budget()
+    assert automatic >= 64 * 1024 and automatic % 1024 == 0
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 6, 5, 260)).astype(np.float32)
+    w = rng.standard_normal((260, 6, 6, 40)).astype(np.float32)
+    results = {}
+    for budget in (0, TAP_BLOCK_BUDGET):
+        with gemm_panel_budget(budget):
+            assert _cpu.get_gemm_panel_budget() == budget
+            results[budget] = fastdeconv.conv_transpose2d(x, w, stride=2, padding=2, algorithm="phase")
+        assert _cpu.get_gemm_panel_budget() == automatic
+    assert not np.array_equal(results[0], results[TAP_BLOCK_BUDGET])
+    ref = fastdeconv.reference.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), stride=2, padding=2)
+    for got in results.values():
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with gemm_panel_budget(300_000):
+        assert _cpu.get_gemm_panel_budget() == 299_008
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        _cpu.set_gemm_panel_budget(-1)
+    with pytest.raises(TypeError, match="nbytes must be an int or None"):
+        _cpu.set_gemm_panel_budget(1.5)
 
 
 NAMED_CONV = {

@@ -27,7 +27,7 @@ import fastdeconv
 from fastdeconv import _cpu, _params
 from fastdeconv._backends import cpu as _cpu_backend
 
-from helpers import Case, deconv_supported, script_env, threaded
+from helpers import TAP_BLOCK_BUDGET, Case, deconv_supported, script_env, threaded
 
 HANG_TIMEOUT = 120   # seconds for a subprocess scenario: generous for a loaded machine, finite for a hang
 
@@ -175,7 +175,8 @@ def test_fork_in_the_middle_of_threaded_calls():
     ("depthwise", (2, 15, 8, 6), (6, 4, 4, 1), dict(stride=2, padding=1, groups=6)),
     (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
     (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
-    # GEMM panels of K > 2048 run in blocks of taps (src/kernels/gemm_internal.h), cut by K alone
+    # GEMM panels of K > 2048 run in blocks of taps under a budget of 256 KiB (src/kernels/gemm_internal.h),
+    # cut by K alone
     ("phase", (2, 6, 5, 260), (260, 6, 6, 40), dict(stride=2, padding=2)),
     (None, (1, 8, 7, 256), (40, 3, 3, 256), dict(padding=2, dilation=2)),         # conv2d: im2col
 ], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col", "conv-depthwise",
@@ -193,6 +194,7 @@ def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
         pytest.skip(f"{algorithm} declares this geometry unsupported")
     previous_cut = _cpu.set_task_cut(1, float("inf"))
     previous_flops = _cpu.set_task_flops(1e300)
+    _cpu.set_gemm_panel_budget(TAP_BLOCK_BUDGET)
     try:
         runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
         want = runner.run(x, np.empty(geometry.output_shape, dtype))
@@ -210,6 +212,7 @@ def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
     finally:
         _cpu.set_task_cut(*previous_cut)
         _cpu.set_task_flops(previous_flops)
+        _cpu.set_gemm_panel_budget(None)
 
 
 def test_threaded_calls_are_cut_into_several_tasks_per_thread():
