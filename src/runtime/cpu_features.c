@@ -120,7 +120,9 @@ int fd_cpu_vendor(void) {
 }
 
 long long fd_cpu_cache_kib(int level) {
-#if FD_CPU_X86
+#if !FD_CPU_X86
+    (void)level;
+#else
     const unsigned leaf = fd_cpu_vendor() == FD_CPU_VENDOR_AMD ? 0x8000001Du : 4u;
     if (max_leaf(leaf & 0x80000000u) < leaf) return 0;
     for (unsigned index = 0; index < 16; index++) {
