@@ -211,6 +211,9 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
     FD_REAL *zeros = dense != NULL && im2col_row_taps(geo) ? dense + (size_t)chunk_pixels * K : NULL;
     if (zeros != NULL) memset(zeros, 0, K * sizeof(FD_REAL));
 
+    /* a 1x1 kernel of stride 1 without padding: the output's pixels are the input's */
+    const int pointwise = T == 1 && geo->stride_h == 1 && geo->stride_w == 1 && geo->pad_top == 0 &&
+                          geo->pad_left == 0 && Ho == H && Wo == W;
     const ptrdiff_t first = oy_begin * Wo, last = oy_end * Wo;
     FD_REAL *const y_pixels = y + n * Ho * Wo * Cout;   /* image n's output pixel p is y_pixels[p * Cout...] */
     for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
@@ -230,19 +233,28 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                                      bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
                 continue;
             }
-            for (ptrdiff_t m = 0, oy = p0 / Wo, ox = p0 % Wo; m < M; m++) {
-                for (ptrdiff_t ky = 0; ky < kH; ky++) {
-                    const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
-                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                        const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
-                        const int inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                        a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : outside;
-                    }
+            if (pointwise) {   /* output pixel p reads input pixel p */
+                const FD_REAL *x_first = x + (n * H * W + p0) * Cin + g * Cig;
+                FD_REAL *y_first = y_pixels + p0 * Cout + g * Cog + col_begin;
+                for (ptrdiff_t m = 0; m < M; m++) {
+                    a_rows[m] = x_first + m * Cin;
+                    c_rows[m] = y_first + m * Cout;
                 }
-                c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
-                if (++ox == Wo) {
-                    ox = 0;
-                    oy++;
+            } else {
+                for (ptrdiff_t m = 0, oy = p0 / Wo, ox = p0 % Wo; m < M; m++) {
+                    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                        const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+                        for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                            const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
+                            const int inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                            a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : outside;
+                        }
+                    }
+                    c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
+                    if (++ox == Wo) {
+                        ox = 0;
+                        oy++;
+                    }
                 }
             }
             if (Cig == 0) {

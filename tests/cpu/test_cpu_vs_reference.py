@@ -188,6 +188,10 @@ NAMED_CONV = {
     "unbatched": Case(op="c", hw=(4, 5), unbatched=True, kernel=(3, 2), stride=2, padding=(1, 0)),
     "non_contiguous": Case(op="c", n=2, hw=(5, 4), x_layout="sliced", w_layout="transposed", padding=1),
     "N0": Case(op="c", n=0, hw=(4, 4)),
+    # a 1x1 kernel of stride 1 without padding: im2col's rows are the input's pixels (pointwise), several
+    # images, two groups of 32 -> 16 channels (unmerged, read through pointers), a bias
+    "pointwise_grouped_batch": Case(op="c", n=3, hw=(5, 7), kernel=(1, 1), c_in=64, c_out=32, groups=2),
+    "pointwise_one_output": Case(op="c", n=2, hw=(9, 6), kernel=(1, 1), c_in=40, c_out=1),
     "1x1_kernel": Case(op="c", hw=(5, 6), c_in=5, c_out=3, kernel=(1, 1), stride=2),
     "large_channels": Case(op="c", hw=(6, 7), c_in=300, c_out=70, kernel=(3, 3), padding=1),
     "wide_image": Case(op="c", n=2, hw=(3, 130), c_in=5, c_out=6, kernel=(3, 3), stride=(1, 2), padding=1),
