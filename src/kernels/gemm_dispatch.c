@@ -66,9 +66,9 @@ int fd_gemm_set_isa(int isa) {
 
 /* The panel budget (gemm.h) in KiB: forced (>= 0) or automatic (-1); the automatic value is -1 until
  * resolved (fd_choice_get). Half (Intel) or a quarter (AMD) of one core's L2: measured on a Sapphire Rapids
- * class Xeon (2 MiB L2, where a quarter cost 5-15 % on 1-2 MiB panels and half ran as fast as never
- * cutting them, or faster from 2 MiB on) and on Zen 5 (1 MiB L2, where a quarter gained 5-20 %);
- * asv_benches/NOTES.md. */
+ * class Xeon (2 MiB L2, where 256 KiB cost 5-15 % on panels of 0.3-1.1 MiB, a quarter up to 15 % on some,
+ * and half ran as fast as never cutting them, or faster on a 2 MiB panel) and on Zen 5 (1 MiB L2, where a
+ * quarter gained 5-20 %); asv_benches/NOTES.md. */
 #define FD_GEMM_DEFAULT_PANEL_KIB 256
 static int fd_gemm_panel_kib_forced = -1;
 static int fd_gemm_panel_kib_auto = -1;
