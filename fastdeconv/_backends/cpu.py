@@ -55,8 +55,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.
-    * one group of few channels on both sides (C_in · C_out <= 32, or <= 16 with a kernel equal to
-      the stride): "planar", a direct kernel vectorised over runs of output pixels (the
+    * one group of few channels on both sides (C_in <= 16 and C_in · C_out <= 32, or <= 16 with a
+      kernel equal to the stride): "planar", a direct kernel vectorised over runs of output pixels (the
       input rows transposed to channels by columns): one broadcast weight times a vector of pixels
       per tap and channel. The phase GEMM's N = C_out/groups would fill a fraction of a SIMD
       register, and col2im's column buffer and scatter-add are kH·kW times the output. With more
@@ -96,7 +96,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     channels = geometry.in_per_group * geometry.out_per_group
     if geometry.in_per_group == 1:
         choice = "depthwise"
-    elif (geometry.groups == 1 and geometry.out_per_group < 8
+    elif (geometry.groups == 1 and geometry.out_per_group < 8 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP
           and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]):
         choice = "planar"
     elif geometry.out_per_group < 8 and (kh * kw * geometry.out_per_group >= 16 or (kh, kw) == geometry.stride):
@@ -109,8 +109,10 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
 
 # "planar" up to this C_in/groups · C_out/groups: [kernel wider than the stride, kernel equal to it]
-# (the field suite's heads and super-resolution tails, asv_benches/NOTES.md).
+# (the field suite's heads and super-resolution tails, asv_benches/NOTES.md), and up to this C_in/groups:
+# from 24 input channels col2im's GEMM (K = C_in) is the faster (one-output tails, 2026-12-05).
 _PLANAR_MAX_CHANNELS = (32, 16)
+_PLANAR_MAX_IN_PER_GROUP = 16
 
 # "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).

@@ -413,6 +413,8 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 200, 200, 8), (8, 2, 2, 1), dict(stride=2), "planar"),                 # the same, 8 inputs, 1 output
     ((1, 45, 45, 256), (256, 2, 2, 3), dict(stride=2), "col2im"),               # the same with 256 inputs
     ((1, 30, 30, 16), (16, 7, 7, 1), dict(stride=2, padding=3, output_padding=1), "planar"),   # an SR tail
+    ((1, 30, 30, 32), (32, 5, 5, 1), dict(stride=2, padding=2, output_padding=1), "col2im"),   # 32 inputs
+    ((1, 30, 30, 8), (8, 9, 9, 3), dict(stride=3, padding=3), "planar"),        # 8 inputs, 3 outputs
     ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "phase"),  # 64 MiB of weights
     ((1, 2, 2, 512), (512, 4, 4, 512), dict(stride=2, padding=1), "winograd"),   # 16 MiB (tiny input: below)
     ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
