@@ -27,7 +27,7 @@ import fastdeconv
 from fastdeconv import _cpu, _params
 from fastdeconv._backends import cpu as _cpu_backend
 
-from helpers import TAP_BLOCK_BUDGET, Case, deconv_supported, script_env, threaded
+from helpers import TAP_BLOCK_BUDGET, Case, deconv_supported, gemm_panel_budget, script_env, threaded
 
 HANG_TIMEOUT = 120   # seconds for a subprocess scenario: generous for a loaded machine, finite for a hang
 
@@ -192,27 +192,26 @@ def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
     b = rng.standard_normal(out_channels).astype(dtype)
     if transposed and not deconv_supported(algorithm, x.shape, w.shape, **kwargs):
         pytest.skip(f"{algorithm} declares this geometry unsupported")
-    previous_cut = _cpu.set_task_cut(1, float("inf"))
-    previous_flops = _cpu.set_task_flops(1e300)
-    _cpu.set_gemm_panel_budget(TAP_BLOCK_BUDGET)
-    try:
-        runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
-        want = runner.run(x, np.empty(geometry.output_shape, dtype))
-        counts = set()
-        for tasks_per_thread, min_flops, task_flops in [(1, float("inf"), 1e300), (4, 0, 1e300), (64, 0, 1e300),
-                                                        (4, 1e6, 1e300), (1, float("inf"), 1e3)]:
-            _cpu.set_task_cut(tasks_per_thread, min_flops)
-            _cpu.set_task_flops(task_flops)
-            for threads in (1, 2, 3, 4):
-                runner, geometry = _runner(x, w, b, kwargs, threads, algorithm, transposed)
-                counts.add(len(runner.tasks))
-                got = runner.run(x, np.empty(geometry.output_shape, dtype))
-                np.testing.assert_array_equal(got, want, err_msg=f"{len(runner.tasks)} tasks on {threads} threads")
-        assert len(counts) >= 3, f"the cuts must differ to test anything: task counts {counts}"
-    finally:
-        _cpu.set_task_cut(*previous_cut)
-        _cpu.set_task_flops(previous_flops)
-        _cpu.set_gemm_panel_budget(None)
+    with gemm_panel_budget(TAP_BLOCK_BUDGET):
+        previous_cut = _cpu.set_task_cut(1, float("inf"))
+        previous_flops = _cpu.set_task_flops(1e300)
+        try:
+            runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
+            want = runner.run(x, np.empty(geometry.output_shape, dtype))
+            counts = set()
+            for tasks_per_thread, min_flops, task_flops in [(1, float("inf"), 1e300), (4, 0, 1e300), (64, 0, 1e300),
+                                                            (4, 1e6, 1e300), (1, float("inf"), 1e3)]:
+                _cpu.set_task_cut(tasks_per_thread, min_flops)
+                _cpu.set_task_flops(task_flops)
+                for threads in (1, 2, 3, 4):
+                    runner, geometry = _runner(x, w, b, kwargs, threads, algorithm, transposed)
+                    counts.add(len(runner.tasks))
+                    got = runner.run(x, np.empty(geometry.output_shape, dtype))
+                    np.testing.assert_array_equal(got, want, err_msg=f"{len(runner.tasks)} tasks on {threads} threads")
+            assert len(counts) >= 3, f"the cuts must differ to test anything: task counts {counts}"
+        finally:
+            _cpu.set_task_cut(*previous_cut)
+            _cpu.set_task_flops(previous_flops)
 
 
 def test_threaded_calls_are_cut_into_several_tasks_per_thread():
