@@ -45,7 +45,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 
     A convolution with one input channel per group (depthwise, with any channel multiplier) uses
     "depthwise": as an im2col GEMM it would have K = kH·kW and N = C_out/groups, far too small for
-    the GEMM's tiles. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
+    the GEMM's tiles. One of several groups with 2-12 input channels each and at least as many, but at
+    most 16, outputs (ResNeXt's and RegNet's grouped 3×3) uses "grouped", the same direct kernel over
+    channels across groups: merged into GEMMs (group_merge) such layers multiply block-diagonal zeros,
+    2-5× slower; with 16 inputs per group or more than 16 outputs the GEMM is the faster again, and with
+    fewer outputs than inputs the kernel's vectors run part-filled. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
     with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16), at most 16 MiB of weights
     (as for transposed convolutions, below) and not many more in than out
     (sH·sW·C_in <= 8·C_out: with 16-48 outputs from 400-3000 channels its transformed tiles, not the
@@ -87,6 +91,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     if not geometry.transposed:
         if geometry.in_per_group == 1:
             choice = "depthwise"
+        elif (geometry.groups > 1 and 2 <= geometry.in_per_group <= _GROUPED_MAX_IN_PER_GROUP
+              and geometry.in_per_group <= geometry.out_per_group <= _GROUPED_MAX_OUT_PER_GROUP):
+            choice = "grouped"
         elif _conv_winograd_pays(geometry):
             choice = "winograd"
         else:
@@ -113,6 +120,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
 # from 24 input channels col2im's GEMM (K = C_in) is the faster (one-output tails, 2026-12-05).
 _PLANAR_MAX_CHANNELS = (32, 16)
 _PLANAR_MAX_IN_PER_GROUP = 16
+
+# Convolution "grouped" up to these C_in/groups and C_out/groups (asv_benches/NOTES.md, 2026-12-05: 12 -> 12
+# ran 1.2x faster than im2col, 16 -> 16 1.6x slower; 8 -> 16 1.4x faster, 8 -> 32 1.1x slower).
+_GROUPED_MAX_IN_PER_GROUP = 12
+_GROUPED_MAX_OUT_PER_GROUP = 16
 
 # "winograd" where both axes have a phase of 2 or more taps and the channels make the GEMMs, not the
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
@@ -232,9 +244,12 @@ def merge_group_weights(weight: np.ndarray, geometry: ConvGeometry, merge: int) 
     return merged.reshape(rows, kh, kw, merge * cols)
 
 
-# Algorithms that vectorise over output pixels, not channels: their groups stay unmerged, and their tasks
-# split the columns of a 1-D input (H = 1) themselves, so it keeps its orientation.
-_OWN_GROUPS = _OWN_COLUMNS = frozenset({"planar"})
+# Algorithms that run each group's few channels at full vector width themselves: their groups stay unmerged
+# (merged, they would only multiply the zeros between them).
+_OWN_GROUPS = frozenset({"planar", "grouped"})
+# Algorithms that vectorise over output pixels, not channels: their tasks split the columns of a 1-D input
+# (H = 1) themselves, so it keeps its orientation.
+_OWN_COLUMNS = frozenset({"planar"})
 
 
 def _merged(geometry: ConvGeometry, merge: int) -> ConvGeometry:
@@ -257,8 +272,6 @@ class PackedLayer:
 
     def __init__(self, weight: np.ndarray, bias, dtype, geometry: ConvGeometry, algorithm: str | None = None,
                  merge_groups: bool = True):
-        # "planar" runs each group's few outputs at full vector width itself: merged, it would only
-        # multiply the zeros between them
         unmerged_choice = resolve_algorithm(algorithm, geometry)
         self._merge = group_merge(geometry) if merge_groups and unmerged_choice not in _OWN_GROUPS else 1
         self._unmerged_arguments = (weight, bias, dtype, geometry, algorithm) if self._merge > 1 else None

@@ -26,6 +26,10 @@
 #define FD_TEMPLATE "algorithms/conv_depthwise.template.c"
 #include "instantiate_algorithm.h"
 
+/* after conv_depthwise, whose packing and kernel it uses */
+#define FD_TEMPLATE "algorithms/conv_grouped.template.c"
+#include "instantiate_algorithm.h"
+
 /* after deconv_winograd and conv_im2col, whose kernels it runs (on a space-to-depth band of the input; on small outputs) */
 #define FD_TEMPLATE "algorithms/conv_winograd.template.c"
 #include "instantiate_algorithm.h"
@@ -39,5 +43,6 @@ const fd_algorithm *const fd_algorithms[] = {
     &fd_algorithm_im2col,    /* convolution: indirect GEMM over an im2col indirection buffer */
     &fd_algorithm_conv_depthwise, /* convolution, listed as "depthwise": direct kernel, C_in/groups = 1 */
     &fd_algorithm_conv_winograd,  /* convolution, listed as "winograd": stride phases as channels, Winograd tiles */
+    &fd_algorithm_conv_grouped,   /* convolution, listed as "grouped": the depthwise kernel, C_in/groups > 1 */
 };
 const int fd_algorithm_count = (int)(sizeof(fd_algorithms) / sizeof(fd_algorithms[0]));

@@ -32,13 +32,14 @@ FD_DEFINE_NAMED_ALGORITHM(conv_depthwise, "depthwise", 0)
 
 static int FD_FN(conv_depthwise_pack)(const fd_geometry *geo, const void *weight, void *blob, size_t *bytes)
 {
-    const ptrdiff_t C = geo->out_channels, taps = geo->kernel_h * geo->kernel_w;
+    const ptrdiff_t C = geo->out_channels, Cig = geo->in_channels / geo->groups;
+    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w * Cig;   /* (ky, kx, ci) */
     fd_blob b;
     fd_blob_begin(&b, blob, 1);
     FD_REAL *wr = (FD_REAL *)fd_blob_add(&b, CONV_DEPTHWISE_WEIGHT, (size_t)(taps * C) * sizeof(FD_REAL));
     *bytes = b.size;
     if (blob == NULL) return FD_OK;
-    const FD_REAL *w = (const FD_REAL *)weight;   /* (C_out, kH, kW, 1) */
+    const FD_REAL *w = (const FD_REAL *)weight;   /* (C_out, kH, kW, Cig) */
     for (ptrdiff_t c = 0; c < C; c++)
         for (ptrdiff_t t = 0; t < taps; t++) wr[t * C + c] = w[c * taps + t];
     return FD_OK;

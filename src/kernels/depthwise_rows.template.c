@@ -71,18 +71,22 @@ FD_TARGET int FD_ISA_FN(FD_DW_ROWS_NAME)(const fd_geometry *geo, const ptrdiff_t
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Depthwise convolution (groups == C_in, Cog = C_out / C_in outputs per input channel), with
- * wr[ky, kx, c] = w[c, ky, kx, 0] (the (C_out, kH, kW, 1) weight reordered once to (kH, kW, C_out)):
- *   y[n, oy, ox, c] = bias[c] + sum_{ky, kx} x[n, oy*sH - pad_top + ky*dH, ox*sW - pad_left + kx*dW, c / Cog] * wr[ky, kx, c]
+ * Convolution with few channels per group, depthwise (Cig = 1) included: Cig = C_in / groups inputs and
+ * Cog = C_out / groups outputs per group, with wr[ky, kx, ci, c] = w[c, ky, kx, ci] (the (C_out, kH, kW, Cig)
+ * weight reordered once to (kH, kW, Cig, C_out)):
+ *   y[n, oy, ox, c] = bias[c] + sum_{ky, kx, ci} x[n, oy*sH - pad_top + ky*dH, ox*sW - pad_left + kx*dW, (c / Cog)*Cig + ci]
+ *                                                * wr[ky, kx, ci, c]
  * x is zero outside the image and those taps ARE terms of the sum, as in the formula, torch and
  * fastdeconv.reference: 0 * wr is added, so an Inf or NaN weight on a padding tap gives NaN.
  *
  * The SIMD clones (FD_DW_SIMD, vector helpers FD_ISA_FN(dw_*) from depthwise_rows_<isa>.c) vectorise over
  * output channels and block DW_TILE output pixels of a row in registers: each weight vector is loaded
- * once per tap row and, for the common dense kernels (3 or 5 wide, stride 1 or 2, no dilation), each
- * input vector once per tile and tap row (a GEMM would have K = kH*kW and N = Cog, hopeless). Pixels
- * whose taps leave the image left or right take a per-pixel path; rows outside it add 0 * wr.
- * The portable clone is plain C that the compiler vectorises over channels.
+ * once per tap row and input channel of the group and, for the common dense kernels (3 or 5 wide, stride 1
+ * or 2, no dilation), each input vector once per tile, tap row and input channel of the group (a GEMM
+ * would have N = Cog, a fraction of its tile, or multiply the zeros of block-diagonal weights). Where a
+ * lane's input channel is not the lane's own (Cog > 1 or Cig > 1), the input vector is spread over the
+ * lanes by a permute (MULT). Pixels whose taps leave the image left or right take a per-pixel path; rows
+ * outside it add 0 * wr. The portable clone is plain C that the compiler vectorises over channels.
  */
 #if FD_DW_SIMD
 
@@ -92,8 +96,9 @@ FD_TARGET int FD_ISA_FN(FD_DW_ROWS_NAME)(const fd_geometry *geo, const ptrdiff_t
 #define DW_TILE FD_ISA_FN(dw_tile)
 #define DW_INLINE static FD_FORCE_INLINE FD_TARGET
 
-/* One block of output channels [c0, c0 + lanes) and, with a channel multiplier, the input channels
- * it reads: [src, src + src_count), spread over the lanes by idx (lane l reads (c0 + l)/Cog - src). */
+/* One block of output channels [c0, c0 + lanes) and, where a lane's input channel is not its own (MULT),
+ * the input channels it reads for the group's first input channel: [src, src + src_count), spread over the
+ * lanes by idx (lane l reads ((c0 + l)/Cog - c0/Cog)*Cig + ci from src + ci for input channel ci of its group). */
 typedef struct {
     ptrdiff_t c0, lanes, src, src_count;
     DW_IDX idx;
@@ -121,7 +126,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
                                        const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
-    const ptrdiff_t kH = geo->kernel_h, kW = KWC ? KWC : geo->kernel_w;
+    const ptrdiff_t Cig = Cin / geo->groups, kH = geo->kernel_h, kW = KWC ? KWC : geo->kernel_w;
     const ptrdiff_t sW = SWC ? SWC : geo->stride_w, dW = KWC ? 1 : geo->dilation_w;
     const ptrdiff_t ix0 = ox0 * sW - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
@@ -129,23 +134,28 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
     int j;
 FD_UNROLL_BY(16)
     for (j = 0; j < OXB; j++) acc[j] = bias_v;
-    for (ptrdiff_t ky = 0; ky < kH; ky++) {
+    ptrdiff_t ky = 0, ci = -1;   /* tap row ky, input channel ci of the group (counted: no division) */
+    for (ptrdiff_t kyc = 0; kyc < kH * Cig; kyc++) {
+        if (++ci == Cig) {
+            ci = 0;
+            ky++;
+        }
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
-        const FD_REAL *w_row = wr + ky * kW * C;
+        const FD_REAL *w_row = wr + (ky * kW * Cig + ci) * C;   /* tap kx at w_row + kx*Cig*C */
         if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
 FD_UNROLL_BY(16)
                 for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
             }
             continue;
         }
-        const FD_REAL *x_row = x_image + iy * W * Cin;
+        const FD_REAL *x_row = x_image + iy * W * Cin + ci;
         if (KWC) {
             DW_VEC w[8];
             int i, kx;
 FD_UNROLL_BY(8)
-            for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+            for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
             const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
             /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
 FD_UNROLL_BY(64)
@@ -172,7 +182,7 @@ FD_UNROLL_BY(8)
             }
         } else {
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * C, b);
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
 FD_UNROLL_BY(16)
                 for (j = 0; j < OXB; j++) {
                     const ptrdiff_t ix = ix0 + j * sW + kx * dW;
@@ -191,30 +201,31 @@ FD_UNROLL_BY(16)
     }
 }
 
-/* One output pixel anywhere: each tap checked, zero outside the image. */
+/* One output pixel anywhere: each tap checked, zero outside the image. Its terms are summed in the tiles'
+   order (tap row, input channel, tap column), so that a pixel has the same bits whichever path computes
+   it (a Dask block's narrow rows take this one). */
 DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd_geometry *geo,
                                         const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy, ptrdiff_t ox,
                                         const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v,
                                         FD_REAL *FD_RESTRICT y_row)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
-    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w;
+    const ptrdiff_t Cig = Cin / geo->groups, kH = geo->kernel_h, kW = geo->kernel_w;
     const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
-    DW_VEC acc = bias_v, acc_odd = zero;   /* two chains of FMAs (one is latency-bound) */
+    DW_VEC acc = bias_v;
     for (ptrdiff_t ky = 0; ky < kH; ky++) {
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
         const int row_inside = iy >= 0 && iy < H;
-        for (ptrdiff_t kx = 0; kx < kW; kx++) {
-            const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
-            const DW_VEC w = FD_ISA_FN(dw_w)(FULL, wr + (ky * kW + kx) * C, b);
-            const DW_VEC xv = row_inside && ix >= 0 && ix < W
-                                  ? FD_ISA_FN(dw_x)(MULT, FULL, x_image + (iy * W + ix) * Cin, b) : zero;
-            if (kx & 1) acc_odd = FD_ISA_FN(dw_fma)(xv, w, acc_odd);
-            else acc = FD_ISA_FN(dw_fma)(xv, w, acc);
-        }
+        for (ptrdiff_t ci = 0; ci < Cig; ci++)
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, wr + ((ky * kW + kx) * Cig + ci) * C, b);
+                const DW_VEC xv = row_inside && ix >= 0 && ix < W
+                                      ? FD_ISA_FN(dw_x)(MULT, FULL, x_image + (iy * W + ix) * Cin + ci, b) : zero;
+                acc = FD_ISA_FN(dw_fma)(xv, w, acc);
+            }
     }
-    acc = FD_ISA_FN(dw_add)(acc, acc_odd);
     if (FULL) FD_ISA_FN(dw_store)(y_row + ox * C + b->c0, acc);
     else FD_ISA_FN(dw_store_part)(y_row + ox * C + b->c0, acc, b->lanes);
 }
@@ -263,14 +274,16 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
                                       const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
                                       FD_REAL *FD_RESTRICT y_row)
 {
-    const ptrdiff_t C = geo->out_channels, Cog = C / geo->in_channels;
-    for (ptrdiff_t c0 = 0; c0 < C; c0 += DW_LANES) {
-        FD_ISA_FN(dw_block) b;
+    const ptrdiff_t C = geo->out_channels, Cog = C / geo->groups, Cig = geo->in_channels / geo->groups;
+    FD_ISA_FN(dw_block) b;
+    for (ptrdiff_t c0 = 0; c0 < C; c0 += b.lanes) {
         b.c0 = c0;
         b.lanes = C - c0 < DW_LANES ? C - c0 : DW_LANES;
-        b.src = c0 / Cog;
-        b.src_count = (c0 + b.lanes - 1) / Cog - b.src + 1;
-        b.idx = FD_ISA_FN(dw_index)(MULT ? c0 : 0, MULT ? Cog : 1);
+        /* the lanes' input channels must fit in one vector: fewer lanes where they would not (Cig > Cog) */
+        while (MULT && ((c0 + b.lanes - 1) / Cog - c0 / Cog) * Cig + 1 > DW_LANES) b.lanes--;
+        b.src = (c0 / Cog) * Cig;
+        b.src_count = ((c0 + b.lanes - 1) / Cog - c0 / Cog) * Cig + 1;
+        b.idx = FD_ISA_FN(dw_index)(MULT ? c0 : 0, MULT ? Cog : 1, Cig);
         if (b.lanes == DW_LANES) {
             const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
             FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
@@ -293,7 +306,8 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kW = geo->kernel_w, sW = geo->stride_w, dW = geo->dilation_w;
-    if (geo->groups != Cin || Cin <= 0 || C % Cin != 0 || row_begin < 0 || row_end > geo->batch * Ho)
+    if (geo->groups <= 0 || Cin % geo->groups != 0 || C % geo->groups != 0 || row_begin < 0 ||
+        row_end > geo->batch * Ho)
         return FD_ERR_ARGUMENT;
     /* [ox_lo, ox_hi): the output columns whose taps 0 and kW-1 both fall inside the image */
     ptrdiff_t ox_lo = (geo->pad_left + sW - 1) / sW;
@@ -302,15 +316,15 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
     if (ox_hi > Wo) ox_hi = Wo;
     if (ox_hi < ox_lo) ox_hi = ox_lo;
     /* strip width: a multiple of the tile; input columns (strip - 1)*sW + (kW - 1)*dW + 1 */
-    const ptrdiff_t row_bytes = geo->kernel_h * Cin * (ptrdiff_t)sizeof(FD_REAL);
+    const ptrdiff_t row_bytes = geo->kernel_h * (Cin > 0 ? Cin : 1) * (ptrdiff_t)sizeof(FD_REAL);   /* C_in 0: bias */
     const ptrdiff_t fit = DW_STRIP_BYTES / row_bytes - (kW - 1) * dW;
     ptrdiff_t strip = fit > 0 ? fit / sW / DW_TILE * DW_TILE : 0;
     if (strip < DW_TILE) strip = DW_TILE;
     /* the tiles specialised for a shape take whole vectors of channels without a multiplier; any
        other block the generic tile (fewer copies of the fully unrolled tile: code size) */
-    const int mult = C != Cin;
-    const int shape = dW != 1 || mult ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
-                                      : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
+    const int mult = C != Cin || Cin != geo->groups;
+    const int shape = dW != 1 ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
+                                 : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
     /* a last strip narrower than a tile joins the one before */
     for (ptrdiff_t ox_begin = 0, ox_end; ox_begin < Wo; ox_begin = ox_end) {
         ox_end = Wo - ox_begin >= strip + DW_TILE ? ox_begin + strip : Wo;
@@ -325,7 +339,9 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
             case 4: DW_ROW(3, 2, 0); break;
             case 6: DW_ROW(5, 1, 0); break;
             case 8: DW_ROW(5, 2, 0); break;
-            case 1: DW_ROW(0, 0, 1); break;
+            case 3: DW_ROW(3, 1, 1); break;
+            case 5: DW_ROW(3, 2, 1); break;
+            case 1: case 7: case 9: DW_ROW(0, 0, 1); break;
             default: DW_ROW(0, 0, 0); break;
 #undef DW_ROW
             }
@@ -352,9 +368,10 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kH = geo->kernel_h, kW = geo->kernel_w;
-    if (geo->groups != Cin || Cin <= 0 || C % Cin != 0 || row_begin < 0 || row_end > geo->batch * Ho)
+    if (geo->groups <= 0 || Cin % geo->groups != 0 || C % geo->groups != 0 || row_begin < 0 ||
+        row_end > geo->batch * Ho)
         return FD_ERR_ARGUMENT;
-    const ptrdiff_t Cog = C / Cin;
+    const ptrdiff_t Cog = C / geo->groups, Cig = Cin / geo->groups;
     FD_REAL acc[DW_CHUNK];
     for (ptrdiff_t r = row_begin; r < row_end; r++) {   /* r = n*Ho + oy */
         const FD_REAL *x_image = x + (r / Ho) * H * W * Cin;
@@ -367,17 +384,17 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
                 for (ptrdiff_t c = 0; c < nc; c++) acc[c] = bias ? bias[c0 + c] : (FD_REAL)0;
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
                     const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
-                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                        const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
-                        const FD_REAL *FD_RESTRICT w = wr + (ky * kW + kx) * C + c0;
+                    for (ptrdiff_t kxc = 0; kxc < kW * Cig; kxc++) {   /* tap kx, input channel ci */
+                        const ptrdiff_t kx = kxc / Cig, ci = kxc % Cig, ix = ix0 + kx * geo->dilation_w;
+                        const FD_REAL *FD_RESTRICT w = wr + ((ky * kW + kx) * Cig + ci) * C + c0;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
                             for (ptrdiff_t c = 0; c < nc; c++) acc[c] += (FD_REAL)0 * w[c];
-                        } else if (Cog == 1) {
+                        } else if (Cog == 1 && Cig == 1) {
                             const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + c0;
                             for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[c] * w[c];
                         } else {
-                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin;
-                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[(c0 + c) / Cog] * w[c];
+                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + ci;
+                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[(c0 + c) / Cog * Cig] * w[c];
                         }
                     }
                 }

@@ -18,8 +18,8 @@ int fd_depthwise_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES)
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_avx2. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
  * vector, output pixels per register tile, and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
- *   fma(a, b, c) = a*b + c   add(a, b) = a + b
- *   index(c0, Cog)          lane l reads input channel (c0 + l)/Cog - c0/Cog of a loaded vector
+ *   fma(a, b, c) = a*b + c
+ *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
  *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
  * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
  * registers (16 ymm). */
@@ -37,10 +37,9 @@ DW_HELPER __m256 fd_sdw_load_part_avx2(const float *p, ptrdiff_t n) { return _mm
 DW_HELPER void fd_sdw_store_avx2(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
 DW_HELPER void fd_sdw_store_part_avx2(float *p, __m256 v, ptrdiff_t n) { _mm256_maskstore_ps(p, fd_sdw_mask_avx2(n), v); }
 DW_HELPER __m256 fd_sdw_fma_avx2(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-DW_HELPER __m256 fd_sdw_add_avx2(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-DW_HELPER __m256i fd_sdw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER __m256i fd_sdw_index_avx2(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     int32_t lane[8];
-    for (int l = 0; l < 8; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
+    for (int l = 0; l < 8; l++) lane[l] = (int32_t)(((c0 + l) / cog - c0 / cog) * cig);
     return _mm256_loadu_si256((const __m256i *)lane);
 }
 DW_HELPER __m256 fd_sdw_expand_avx2(const float *p, ptrdiff_t n, __m256i idx) {
@@ -59,12 +58,11 @@ DW_HELPER __m256d fd_ddw_load_part_avx2(const double *p, ptrdiff_t n) { return _
 DW_HELPER void fd_ddw_store_avx2(double *p, __m256d v) { _mm256_storeu_pd(p, v); }
 DW_HELPER void fd_ddw_store_part_avx2(double *p, __m256d v, ptrdiff_t n) { _mm256_maskstore_pd(p, fd_ddw_mask_avx2(n), v); }
 DW_HELPER __m256d fd_ddw_fma_avx2(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
-DW_HELPER __m256d fd_ddw_add_avx2(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
 /* AVX2 has no lane-crossing variable permute of doubles: each double moves as two floats. */
-DW_HELPER __m256i fd_ddw_index_avx2(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER __m256i fd_ddw_index_avx2(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     int32_t lane[8];
     for (int l = 0; l < 4; l++) {
-        lane[2 * l] = (int32_t)(2 * ((c0 + l) / cog - c0 / cog));
+        lane[2 * l] = (int32_t)(2 * ((c0 + l) / cog - c0 / cog) * cig);
         lane[2 * l + 1] = lane[2 * l] + 1;
     }
     return _mm256_loadu_si256((const __m256i *)lane);

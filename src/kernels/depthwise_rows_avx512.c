@@ -21,8 +21,8 @@ int fd_depthwise_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_DEPTH
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_avx512. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
  * vector, output pixels per register tile, and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
- *   fma(a, b, c) = a*b + c   add(a, b) = a + b
- *   index(c0, Cog)          lane l reads input channel (c0 + l)/Cog - c0/Cog of a loaded vector
+ *   fma(a, b, c) = a*b + c
+ *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
  *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
  * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
  * registers (32 zmm). */
@@ -38,10 +38,9 @@ DW_HELPER __m512 fd_sdw_load_part_avx512(const float *p, ptrdiff_t n) { return _
 DW_HELPER void fd_sdw_store_avx512(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
 DW_HELPER void fd_sdw_store_part_avx512(float *p, __m512 v, ptrdiff_t n) { _mm512_mask_storeu_ps(p, fd_sdw_mask_avx512(n), v); }
 DW_HELPER __m512 fd_sdw_fma_avx512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-DW_HELPER __m512 fd_sdw_add_avx512(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-DW_HELPER __m512i fd_sdw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER __m512i fd_sdw_index_avx512(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     int32_t lane[16];
-    for (int l = 0; l < 16; l++) lane[l] = (int32_t)((c0 + l) / cog - c0 / cog);
+    for (int l = 0; l < 16; l++) lane[l] = (int32_t)(((c0 + l) / cog - c0 / cog) * cig);
     return _mm512_loadu_si512(lane);
 }
 DW_HELPER __m512 fd_sdw_expand_avx512(const float *p, ptrdiff_t n, __m512i idx) {
@@ -58,10 +57,9 @@ DW_HELPER __m512d fd_ddw_load_part_avx512(const double *p, ptrdiff_t n) { return
 DW_HELPER void fd_ddw_store_avx512(double *p, __m512d v) { _mm512_storeu_pd(p, v); }
 DW_HELPER void fd_ddw_store_part_avx512(double *p, __m512d v, ptrdiff_t n) { _mm512_mask_storeu_pd(p, fd_ddw_mask_avx512(n), v); }
 DW_HELPER __m512d fd_ddw_fma_avx512(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
-DW_HELPER __m512d fd_ddw_add_avx512(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
-DW_HELPER __m512i fd_ddw_index_avx512(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER __m512i fd_ddw_index_avx512(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     long long lane[8];
-    for (int l = 0; l < 8; l++) lane[l] = (long long)((c0 + l) / cog - c0 / cog);
+    for (int l = 0; l < 8; l++) lane[l] = (long long)(((c0 + l) / cog - c0 / cog) * cig);
     return _mm512_loadu_si512(lane);
 }
 DW_HELPER __m512d fd_ddw_expand_avx512(const double *p, ptrdiff_t n, __m512i idx) {

@@ -22,8 +22,8 @@ int fd_depthwise_neon_available(void) { return 1; }
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_neon. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
  * vector, output pixels per register tile, and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
- *   fma(a, b, c) = a*b + c   add(a, b) = a + b
- *   index(c0, Cog)          lane l reads input channel (c0 + l)/Cog - c0/Cog of a loaded vector
+ *   fma(a, b, c) = a*b + c
+ *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
  *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
  * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
  * registers (32 q). */
@@ -46,11 +46,10 @@ DW_HELPER void fd_sdw_store_part_neon(float *p, float32x4_t v, ptrdiff_t n) {
     memcpy(p, buf, (size_t)n * sizeof(float));
 }
 DW_HELPER float32x4_t fd_sdw_fma_neon(float32x4_t a, float32x4_t b, float32x4_t c) { return vfmaq_f32(c, a, b); }
-DW_HELPER float32x4_t fd_sdw_add_neon(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
-DW_HELPER uint8x16_t fd_sdw_index_neon(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER uint8x16_t fd_sdw_index_neon(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     uint8_t byte[16];
     for (int l = 0; l < 4; l++)
-        for (int i = 0; i < 4; i++) byte[4 * l + i] = (uint8_t)(4 * ((c0 + l) / cog - c0 / cog) + i);
+        for (int i = 0; i < 4; i++) byte[4 * l + i] = (uint8_t)(4 * ((c0 + l) / cog - c0 / cog) * cig + i);
     return vld1q_u8(byte);
 }
 DW_HELPER float32x4_t fd_sdw_expand_neon(const float *p, ptrdiff_t n, uint8x16_t idx) {
@@ -74,11 +73,10 @@ DW_HELPER void fd_ddw_store_part_neon(double *p, float64x2_t v, ptrdiff_t n) {
     memcpy(p, buf, (size_t)n * sizeof(double));
 }
 DW_HELPER float64x2_t fd_ddw_fma_neon(float64x2_t a, float64x2_t b, float64x2_t c) { return vfmaq_f64(c, a, b); }
-DW_HELPER float64x2_t fd_ddw_add_neon(float64x2_t a, float64x2_t b) { return vaddq_f64(a, b); }
-DW_HELPER uint8x16_t fd_ddw_index_neon(ptrdiff_t c0, ptrdiff_t cog) {
+DW_HELPER uint8x16_t fd_ddw_index_neon(ptrdiff_t c0, ptrdiff_t cog, ptrdiff_t cig) {
     uint8_t byte[16];
     for (int l = 0; l < 2; l++)
-        for (int i = 0; i < 8; i++) byte[8 * l + i] = (uint8_t)(8 * ((c0 + l) / cog - c0 / cog) + i);
+        for (int i = 0; i < 8; i++) byte[8 * l + i] = (uint8_t)(8 * ((c0 + l) / cog - c0 / cog) * cig + i);
     return vld1q_u8(byte);
 }
 DW_HELPER float64x2_t fd_ddw_expand_neon(const double *p, ptrdiff_t n, uint8x16_t idx) {

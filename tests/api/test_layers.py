@@ -173,7 +173,7 @@ def test_conv2d_layer_validates_at_construction():
     with pytest.raises(ValueError, match=r"bias must have shape \(C_out,\) = \(4,\)"):
         fastdeconv.Conv2d(w, np.ones(3))
     layer = fastdeconv.Conv2d(w, groups=2, padding="valid", dilation=4)   # needs a 9x9 input at least
-    assert layer.algorithm == "im2col"
+    assert layer.algorithm == "grouped"   # 2 -> 2 channels per group
     assert layer(np.ones((1, 9, 9, 4), np.float32)).shape == (1, 1, 1, 4)
     with pytest.raises(ValueError, match="smaller than the dilated kernel"):
         layer(np.ones((1, 8, 9, 4), np.float32))

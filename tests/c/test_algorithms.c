@@ -77,6 +77,7 @@ static const layer layers[] = {
     {1, 12, 14, 40, 5, 11, 11, 1, 1, 1, 1, 5, 5, 1, 0, 0}, /* 40 inputs, k11: no row taps (4840 > 4096 elements) */
     {2, 7, 9, 12, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0},   /* k2 s2 to 1 output, cropped: col2im's exact cover */
     {1, 5, 6, 8, 6, 3, 2, 3, 2, 1, 1, 1, 0, 2, 0, 0},    /* the same over 2 groups, a 3x2 kernel */
+    {1, 6, 20, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 8, 0, 0}, /* 8 groups of 4: conv "grouped", permuted vectors */
 };
 
 static fd_geometry geometry_of(const layer *l, int transposed) {
@@ -244,7 +245,7 @@ static int check(const fd_algorithm *alg, const layer *l, int dtype, int with_bi
 
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-    const size_t nlayers = quick ? 6 : sizeof layers / sizeof layers[0];
+    const size_t nlayers = quick ? 7 : sizeof layers / sizeof layers[0];
     int isa, a, dtype;
     size_t i;
     for (isa = FD_ISA_PORTABLE; isa < FD_ISA_COUNT; isa++) {

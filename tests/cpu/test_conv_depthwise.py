@@ -1,11 +1,15 @@
 """conv2d's "depthwise" algorithm (src/algorithms/conv_depthwise.template.c, kernel in src/kernels/depthwise_rows*.c):
-groups == C_in with any channel multiplier, on every ISA path, against the numpy reference.
+groups == C_in with any channel multiplier, on every ISA path, against the numpy reference; and its
+"grouped" algorithm (conv_grouped.template.c), the same kernel with several input channels per group.
 
 The kernel has several paths through one output row: per-pixel code where a tap leaves the image
 left or right, register tiles of output pixels elsewhere (dense 3- and 5-wide kernels at stride 1
 or 2 share input loads; any other kernel takes a generic tile), the last tile of a row moved left
 over pixels already computed, channel vectors with a masked tail, a lane permutation for channel
 multipliers, and vertical strips of columns. The cases below are sized to reach each of them.
+"grouped" adds a loop over each group's input channels, a lane permutation whenever a lane's input
+channel is not its own, and vectors narrowed to fewer lanes where their inputs would not fit one (more
+inputs than outputs per group).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from helpers import Case, assert_close, check_case, examples, make_x
 
 def _depthwise(c, mult=1, **kw):
     return Case(op="c", c_in=c, c_out=c * mult, groups=c, **kw)
+
+
+def _grouped(groups, in_per_group, out_per_group, **kw):
+    return Case(op="c", c_in=groups * in_per_group, c_out=groups * out_per_group, groups=groups, **kw)
 
 
 # Tiles are 8 pixels (every ISA and type); vectors hold 4, 8 or 16 channels; strips are sized to
@@ -65,14 +73,32 @@ NAMED = {
     "non_contiguous": _depthwise(16, n=2, hw=(6, 20), padding=1, x_layout="sliced", w_layout="reversed"),
 }
 
+# "grouped": groups x C_in/groups -> C_out/groups.
+NAMED_GROUPED = {
+    "resnext_8_per_group": _grouped(8, 8, 8, hw=(9, 30), padding=1),
+    "two_groups_per_vector_stride2": _grouped(4, 4, 4, hw=(9, 31), stride=2, padding=1),
+    "two_inputs_per_group": _grouped(16, 2, 2, hw=(6, 20), padding=1),
+    "outputs_more_than_inputs": _grouped(3, 4, 8, hw=(7, 21), padding=1),
+    "inputs_more_than_outputs": _grouped(4, 8, 2, hw=(7, 21), padding=1),      # vectors narrowed
+    "group_straddles_a_vector": _grouped(5, 3, 6, hw=(7, 21), padding=1),      # 6 does not divide 16, 8 or 4
+    "groups_wider_than_a_vector": _grouped(2, 3, 20, hw=(6, 19), kernel=(5, 5), padding=2),
+    "one_by_one": _grouped(8, 4, 4, n=2, hw=(5, 13)),
+    "generic_kernel_dilated": _grouped(4, 3, 3, hw=(10, 33), kernel=(3, 4), dilation=(2, 2), padding=2),
+    "5x5_stride2_tail": _grouped(3, 5, 5, hw=(11, 37), kernel=(5, 5), stride=2, padding=2),
+    "narrow_rows": _grouped(4, 2, 2, hw=(5, 3), padding=1),
+    "heavy_padding": _grouped(2, 4, 4, hw=(3, 12), padding=((4, 5), (6, 7))),
+    "no_bias_unbatched": _grouped(4, 4, 4, hw=(6, 20), padding=1, bias=False, unbatched=True),
+    "non_contiguous": _grouped(4, 4, 4, n=2, hw=(6, 20), padding=1, x_layout="sliced", w_layout="reversed"),
+}
+
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-@pytest.mark.parametrize("name", list(NAMED))
-def test_named(isa_path, name, dtype):
-    case = NAMED[name]
+@pytest.mark.parametrize("algorithm,name", [("depthwise", n) for n in NAMED] + [("grouped", n) for n in NAMED_GROUPED])
+def test_named(isa_path, algorithm, name, dtype):
+    case = (NAMED if algorithm == "depthwise" else NAMED_GROUPED)[name]
     for threads in (None, 3):
         case = Case(**{**case.__dict__, "dtype": dtype, "seed": zlib.crc32(name.encode()), "threads": threads})
-        assert check_case(case, algorithm="depthwise")
+        assert check_case(case, algorithm=algorithm)
 
 
 @st.composite
@@ -98,23 +124,40 @@ def test_matches_reference(isa_path, case):
     assert check_case(case, algorithm="depthwise")
 
 
+@st.composite
+def grouped_cases(draw):
+    """A depthwise case's geometry with 2-20 input and 1-20 output channels per group."""
+    base = draw(depthwise_cases())
+    groups = draw(st.sampled_from([2, 3, 4, 5, 8]))
+    cig, cog = draw(st.integers(2, 20)), draw(st.integers(1, 20))
+    return Case(**{**base.__dict__, "c_in": groups * cig, "c_out": groups * cog, "groups": groups})
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=grouped_cases())
+def test_grouped_matches_reference(isa_path, case):
+    assert check_case(case, algorithm="grouped")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mult", [1, 2])
-def test_infinite_weight_on_a_padding_tap_gives_nan_exactly_where_it_reads_padding(isa_path, dtype, mult):
+@pytest.mark.parametrize("algorithm,groups,mult", [("depthwise", 21, 1), ("depthwise", 21, 2), ("grouped", 7, 1),
+                                                   ("grouped", 3, 2)])
+def test_infinite_weight_on_a_padding_tap_gives_nan_exactly_where_it_reads_padding(isa_path, dtype, algorithm,
+                                                                                    groups, mult):
     """x is zero outside the image and 0 * Inf = NaN: an Inf at weight tap (0, 0) of output channel
     o poisons exactly the outputs of channel o whose tap (0, 0) reads the padding (row 0 and column
     0 at stride 1, padding 1); the other channels and pixels stay finite (x is positive)."""
     rng = np.random.default_rng(7)
     c, o = 21, 19                      # o in the last (masked) channel vector on every ISA
     x = make_x((2, 9, 30, c), dtype, rng)
-    w = rng.uniform(0.5, 1.5, (c * mult, 3, 3, 1)).astype(dtype)
-    w[o, 0, 0, 0] = np.inf
-    got = fastdeconv.conv2d(x, w, padding=1, groups=c, algorithm="depthwise")
+    w = rng.uniform(0.5, 1.5, (c * mult, 3, 3, c // groups)).astype(dtype)
+    w[o, 0, 0, -1] = np.inf
+    got = fastdeconv.conv2d(x, w, padding=1, groups=groups, algorithm=algorithm)
     want_nan = np.zeros(got.shape, bool)
     want_nan[:, 0, :, o] = want_nan[:, :, 0, o] = True
     np.testing.assert_array_equal(np.isnan(got), want_nan)
     assert np.isposinf(got[:, 1:, 1:, o]).all() and np.isfinite(np.delete(got, o, axis=3)).all()
-    assert_close(got, fastdeconv.conv2d(x, w, padding=1, groups=c, backend="reference"), dtype, 9)
+    assert_close(got, fastdeconv.conv2d(x, w, padding=1, groups=groups, backend="reference"), dtype, 9)
 
 
 def test_nan_input_reaches_exactly_its_receptive_field(isa_path):
@@ -136,7 +179,12 @@ def _geometry(x_shape, w_shape, groups, **kw):
     ((1, 112, 112, 64), (64, 3, 3, 1), 64, "depthwise"),
     ((1, 56, 56, 32), (64, 5, 5, 1), 32, "depthwise"),        # channel multiplier 2
     ((1, 224, 224, 1), (64, 3, 3, 1), 1, "depthwise"),        # one input channel: also one per group
-    ((1, 56, 56, 32), (32, 3, 3, 2), 16, "im2col"),
+    ((1, 56, 56, 32), (32, 3, 3, 2), 16, "grouped"),
+    ((1, 28, 28, 256), (256, 3, 3, 8), 32, "grouped"),    # ResNeXt's 32 groups of 8
+    ((1, 28, 28, 96), (96, 3, 3, 12), 8, "grouped"),
+    ((1, 14, 14, 512), (512, 3, 3, 16), 32, "im2col"),    # 16 per group: the GEMM is the faster
+    ((1, 28, 28, 64), (256, 3, 3, 8), 8, "im2col"),       # 32 outputs per group
+    ((1, 28, 28, 64), (32, 3, 3, 8), 8, "im2col"),        # fewer outputs than inputs: part-filled vectors
     ((1, 56, 56, 32), (64, 3, 3, 32), 1, "winograd"),
     ((1, 56, 56, 16), (64, 3, 3, 16), 1, "im2col"),   # too few input channels for Winograd's transforms
 ])
@@ -162,3 +210,11 @@ def test_packed_weights_are_the_weight_reordered_and_nothing_more():
     geometry = _geometry((1, 9, 9, 64), (128, 5, 3, 1), 64)
     packed = _cpu.PackedWeights("depthwise", np.ones((128, 5, 3, 1), np.float32), geometry)
     assert packed.nbytes <= 64 + 5 * 3 * 128 * 4 + 64   # offset table, weight, alignment slack
+
+
+def test_grouped_without_input_channels_gives_the_bias(isa_path):
+    """C_in = 0 (groups of no input channels) is a valid layer: every output is its bias."""
+    bias = np.arange(9, dtype=np.float32)
+    got = fastdeconv.conv2d(np.zeros((2, 5, 6, 0), np.float32), np.ones((9, 3, 1, 0), np.float32), bias,
+                            padding=1, groups=3, algorithm="grouped")
+    np.testing.assert_array_equal(got, np.broadcast_to(bias, (2, 5, 8, 9)))

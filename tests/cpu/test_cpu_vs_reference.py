@@ -208,6 +208,12 @@ NAMED_CONV = {
                                       padding=1),
     "depthwise_one_input_channel": Case(op="c", hw=(9, 19), c_in=1, c_out=20, groups=1, kernel=(5, 5), padding=2),
     "depthwise_wide_strips": Case(op="c", hw=(4, 90), c_in=96, c_out=96, groups=96, kernel=(3, 3), padding=1),
+    # 2-12 input channels per group: the "grouped" algorithm (the depthwise kernel with a loop over them)
+    "grouped_resnext": Case(op="c", n=2, hw=(9, 37), c_in=64, c_out=64, groups=8, kernel=(3, 3), padding=1),
+    "grouped_stride2_more_outputs": Case(op="c", hw=(11, 29), c_in=12, c_out=24, groups=3, kernel=(3, 3),
+                                         stride=2, padding=1),
+    "grouped_more_inputs_dilated": Case(op="c", hw=(10, 26), c_in=24, c_out=9, groups=3, kernel=(3, 2),
+                                        dilation=(2, 3), padding=((0, 3), (4, 1))),
     # kernel sides 2 or 3 times the strides: the "winograd" algorithm's space-to-depth bands (several per
     # image in winograd_bands), its groups, asymmetric pads and kernels, and its im2col kernel for outputs
     # of fewer than 64 pixels (winograd_small_output)

@@ -110,7 +110,8 @@ def test_nonfinite_conv2d_matches_reference(conv_path, where, value):
     """conv2d's formula reads x as zero outside the image (an explicitly zero-padded input, as the
     reference computes it), so there a padding tap does multiply: 0 * Inf = NaN on both sides.
     The depthwise geometries (groups = C_in) put the Inf on the kernel's edge taps, which the
-    depthwise kernel's border pixels, register tiles and padding rows all meet."""
+    depthwise kernel's border pixels, register tiles and padding rows all meet (as do the grouped
+    ones, 4 -> 4 and 4 -> 6 channels per group, for "grouped")."""
     algorithm, isa = conv_path
     rng = np.random.default_rng(1)
     checked = 0
@@ -119,7 +120,8 @@ def test_nonfinite_conv2d_matches_reference(conv_path, where, value):
             ((9, 23), 8, 40, 1, (3, 3), 1, 1, 1), ((8, 11), 20, 6, 1, (3, 3), 2, 1, 1),
             ((5, 6), 3, 3, 3, (3, 3), 1, 1, 1), ((9, 23), 40, 40, 40, (3, 3), 1, 1, 1),
             ((7, 21), 17, 34, 17, (5, 5), 2, 2, 1), ((7, 5), 4, 12, 4, (3, 2), (2, 1), ((2, 1), (0, 3)), (1, 2)),
-            ((6, 30), 9, 9, 9, (3, 3), (1, 2), ((3, 0), (1, 4)), 1)]:
+            ((6, 30), 9, 9, 9, (3, 3), (1, 2), ((3, 0), (1, 4)), 1),
+            ((9, 23), 32, 32, 8, (3, 3), 1, 1, 1), ((8, 19), 12, 18, 3, (5, 5), 2, 2, 1)]:
         if not _cpu_backend.supports(algorithm, _conv_geometry((2, *hw, cin), (cout, *kernel, cin // groups),
                                                                stride, padding, dilation, groups)):
             continue
