@@ -4,7 +4,9 @@
  *
  * As an im2col GEMM it would have K = kH*kW and N = Cog per group, far too small, so it is a direct
  * kernel vectorised over output channels, bound by memory: the microkernel in kernels/depthwise_rows*.c
- * (one clone per ISA, a file each), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps are terms of the sum (0 * wr, as in im2col).
+ * (one clone per ISA, a file each), with the weight reordered to wr[ky, kx, c] = w[c, ky, kx, 0]. Padding taps
+ * are terms of the sum (0 * wr, as in im2col). The packing and the run serve "grouped" too
+ * (conv_grouped.template.c: C_in/groups input channels, wr[ky, kx, ci, c] = w[c, ky, kx, ci]).
  *
  * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
  */
