@@ -48,10 +48,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     the GEMM's tiles. One of several groups with 2-12 input channels each and at least as many, but at
     most 16, outputs (ResNeXt's and RegNet's grouped 3×3) uses "grouped", the same direct kernel over
     channels across groups: merged into GEMMs (group_merge) such layers multiply block-diagonal zeros,
-    2-5× slower; with 16 inputs per group or more than 16 outputs the GEMM is the faster again, and with
-    fewer outputs than inputs the kernel's vectors run part-filled. One whose kernel sides are 2 or 3 times its strides (k3 s1, k4 s2; dilation 1)
-    with enough channels (sH·sW·C_in/groups >= 32, C_out/groups >= 16), at most 16 MiB of weights
-    (as for transposed convolutions, below) and not many more in than out
+    1.2-4.4× slower; with 16 inputs per group or more than 16 outputs the GEMM is the faster again, and
+    with fewer outputs than inputs the kernel's vectors run part-filled. One whose kernel sides are 2 or
+    3 times its strides (k3 s1, k4 s2; dilation 1) with enough channels (sH·sW·C_in/groups >= 32,
+    C_out/groups >= 16), at most 16 MiB of weights (as for transposed convolutions, below) and not many
+    more in than out
     (sH·sW·C_in <= 8·C_out: with 16-48 outputs from 400-3000 channels its transformed tiles, not the
     GEMMs, set the pace) uses "winograd": its stride phases as channels (a stride-1 correlation of 2 or
     3 taps per side), computed in Winograd tiles (images of fewer than 64 output pixels run its im2col

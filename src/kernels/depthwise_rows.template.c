@@ -320,8 +320,9 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
     const ptrdiff_t fit = DW_STRIP_BYTES / row_bytes - (kW - 1) * dW;
     ptrdiff_t strip = fit > 0 ? fit / sW / DW_TILE * DW_TILE : 0;
     if (strip < DW_TILE) strip = DW_TILE;
-    /* the tiles specialised for a shape take whole vectors of channels without a multiplier; any
-       other block the generic tile (fewer copies of the fully unrolled tile: code size) */
+    /* the tiles specialised for a shape take whole vectors of channels: 3- and 5-wide kernels without a
+       permute, 3-wide ones with (grouped layers); any other block the generic tile (fewer copies of the fully
+       unrolled tile: code size) */
     const int mult = C != Cin || Cin != geo->groups;
     const int shape = dW != 1 ? 0 : kW == 3 ? (sW == 1 ? 1 : sW == 2 ? 2 : 0)
                                  : kW == 5 ? (sW == 1 ? 3 : sW == 2 ? 4 : 0) : 0;
@@ -384,17 +385,19 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
                 for (ptrdiff_t c = 0; c < nc; c++) acc[c] = bias ? bias[c0 + c] : (FD_REAL)0;
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
                     const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
-                    for (ptrdiff_t kxc = 0; kxc < kW * Cig; kxc++) {   /* tap kx, input channel ci */
-                        const ptrdiff_t kx = kxc / Cig, ci = kxc % Cig, ix = ix0 + kx * geo->dilation_w;
-                        const FD_REAL *FD_RESTRICT w = wr + ((ky * kW + kx) * Cig + ci) * C + c0;
-                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
-                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += (FD_REAL)0 * w[c];
-                        } else if (Cog == 1 && Cig == 1) {
-                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + c0;
-                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[c] * w[c];
-                        } else {
-                            const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + ci;
-                            for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[(c0 + c) / Cog * Cig] * w[c];
+                    for (ptrdiff_t ci = 0; ci < Cig; ci++) {   /* the SIMD tiles' order */
+                        for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                            const ptrdiff_t ix = ix0 + kx * geo->dilation_w;
+                            const FD_REAL *FD_RESTRICT w = wr + ((ky * kW + kx) * Cig + ci) * C + c0;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
+                                for (ptrdiff_t c = 0; c < nc; c++) acc[c] += (FD_REAL)0 * w[c];
+                            } else if (Cog == 1 && Cig == 1) {
+                                const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + c0;
+                                for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[c] * w[c];
+                            } else {
+                                const FD_REAL *FD_RESTRICT xp = x_image + (iy * W + ix) * Cin + ci;
+                                for (ptrdiff_t c = 0; c < nc; c++) acc[c] += xp[(c0 + c) / Cog * Cig] * w[c];
+                            }
                         }
                     }
                 }
