@@ -60,6 +60,7 @@ static const layer layers[] = {
     {1, 6, 5, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 0, 0},    /* depthwise */
     {2, 7, 6, 4, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4, 1, 0},    /* depthwise, channel multiplier 2, stride 2 */
     {1, 6, 7, 4, 6, 3, 3, 2, 1, 2, 2, 2, 1, 2, 1, 0},    /* groups 2, dilation 2 */
+    {1, 26, 25, 4, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2, 0, 0},  /* dilation 2, stride 1: conv winograd's 13x12 phases */
     {1, 3, 4, 17, 33, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0},  /* 1x1, 33 outputs: a 32-wide panel and a dot panel */
     {1, 9, 11, 4, 4, 5, 5, 1, 1, 1, 1, 2, 2, 1, 0, 0},   /* k5 s1 */
     {1, 12, 12, 32, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0}, /* wider: full GEMM panels, dense Winograd GEMMs */
@@ -245,7 +246,7 @@ static int check(const fd_algorithm *alg, const layer *l, int dtype, int with_bi
 
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-    const size_t nlayers = quick ? 7 : sizeof layers / sizeof layers[0];
+    const size_t nlayers = quick ? 8 : sizeof layers / sizeof layers[0];
     int isa, a, dtype;
     size_t i;
     for (isa = FD_ISA_PORTABLE; isa < FD_ISA_COUNT; isa++) {

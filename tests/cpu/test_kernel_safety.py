@@ -289,6 +289,8 @@ def test_at_the_bound_conv2d(isa_path, algorithm):
     assert_close(got, want, np.float64, 4, algorithm=algorithm, isa=isa_path)
     # k = 1, s = pad = D: out = 3, the sum 5*D + 7; output pixel (1, 1) reads x[:, 0, 0]
     big = (LIMIT - 7) // 5
+    if not conv_supported(algorithm, x.shape, (cout, 1, 1, 4 // groups), stride=big, padding=big, groups=groups):
+        return   # "winograd" runs dilations with stride 1 only
     got = fastdeconv.conv2d(x, w[:, :1, :1], stride=big, padding=big, groups=groups, algorithm=algorithm)
     want = np.zeros((2, 3, 3, cout))
     want[:, 1, 1] = fastdeconv.conv2d(x[:, :1, :1], w[:, :1, :1], groups=groups, backend="reference")[:, 0, 0]

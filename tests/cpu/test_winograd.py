@@ -555,3 +555,128 @@ def test_conv_winograd_workspace_is_bounded_whatever_the_width(dtype):
     want = fastdeconv.reference.conv2d(x, w, stride=2, padding=1)
     tolerance = dict(rtol=1e-4, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-9)
     np.testing.assert_allclose(got, want, **tolerance)
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. Dilated convolutions: dilation phases (src/algorithms/conv_winograd.template.c), each a stride-1
+#    correlation over every dH-th row and dW-th column, written back to those rows and columns of y
+# ----------------------------------------------------------------------------------------------
+
+def _dilated(x_shape, c_out, k, dilation, padding, groups, dtype, seed=0, bias=True):
+    rng = np.random.default_rng(seed)
+    signs = (rng.integers(0, 2, c_out) * 2 - 1).astype(np.float64)
+    x = rng.uniform(0.25, 1.25, x_shape).astype(dtype)
+    kh, kw = (k, k) if isinstance(k, int) else k
+    w = (rng.uniform(0.5, 1.5, (c_out, kh, kw, x_shape[3] // groups)) * signs.reshape(-1, 1, 1, 1)).astype(dtype)
+    b = (rng.uniform(0.1, 1.0, c_out) * signs).astype(dtype) if bias else None
+    return x, w, b, dict(padding=padding, dilation=dilation, groups=groups)
+
+
+def _conv_reference(x, w, b, **kw):
+    return fastdeconv.reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                       None if b is None else b.astype(np.float64), **kw)
+
+
+NAMED_DILATED = {
+    "k3_d2_16x16_phases": ((1, 32, 32, 16), 16, 3, 2, 2, 1),
+    "uneven_phases_two_images": ((2, 29, 27, 8), 12, 3, 2, 2, 1),        # phases of 15/14 rows, 14/13 columns
+    "dilation_per_axis": ((1, 40, 44, 8), 8, 3, (2, 3), (1, 3), 1),      # 6 phases of 19 x 15/15/14
+    "k3_d3_unpadded": ((1, 44, 44, 16), 16, 3, 3, 0, 1),                 # 9 phases of exactly 12 x 12
+    "k2_two_groups_uneven_padding": ((1, 28, 28, 8), 16, 2, 2, ((1, 0), (0, 1)), 2),
+    "outputs_past_a_panel": ((1, 30, 30, 8), 40, 3, 2, 2, 1),             # column ranges of 32 + 8
+    "k3x2_d2": ((1, 30, 34, 12), 8, (3, 2), 2, (2, 1), 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("name", NAMED_DILATED)
+def test_dilated_conv_matches_the_reference(name, isa, dtype, threads):
+    x_shape, c_out, k, dilation, padding, groups = NAMED_DILATED[name]
+    x, w, b, kw = _dilated(x_shape, c_out, k, dilation, padding, groups, dtype)
+    with gemm_isa(isa), threaded(threads):
+        got = fastdeconv.conv2d(x, w, b, **kw, algorithm="winograd")
+    assert not np.array_equal(got, fastdeconv.conv2d(x, w, b, **kw, algorithm="im2col")), \
+        "ran the im2col kernel: no phase reaches CONV_WINOGRAD_MIN_PHASE_PIXELS"
+    assert_close(got, _conv_reference(x, w, b, **kw), dtype, w[0].size, name=name, isa=isa, threads=threads)
+
+
+@pytest.mark.parametrize("where", ["x", "w"])
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_dilated_conv_puts_inf_and_nan_where_the_reference_does(where, value):
+    x, w, b, kw = _dilated((1, 32, 30, 8), 16, 3, 2, 2, 1, np.float32)
+    if where == "x":
+        x[0, 7, 9, 3] = value
+    else:
+        w[5, 1, 2, 4] = value
+    got = fastdeconv.conv2d(x, w, b, **kw, algorithm="winograd")
+    assert_close(got, _conv_reference(x, w, b, **kw), np.float32, w[0].size, where=where, value=value)
+
+
+@pytest.mark.parametrize("hw,direct", [(22, True), (24, False)])
+def test_dilated_phases_below_144_outputs_run_the_im2col_kernel(hw, direct):
+    """k3 d2 p2: 22x22 outputs are phases of 11x11 = 121 outputs, which run conv_im2col's kernel (the same
+    bits); 24x24, phases of 12x12, run the Winograd tiles."""
+    x, w, b, kw = _dilated((1, hw, hw, 32), 32, 3, 2, 2, 1, np.float32)
+    got = fastdeconv.conv2d(x, w, b, **kw, algorithm="winograd")
+    assert np.array_equal(got, fastdeconv.conv2d(x, w, b, **kw, algorithm="im2col")) == direct
+    assert_close(got, _conv_reference(x, w, b, **kw), np.float32, w[0].size)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5, 16])
+@pytest.mark.parametrize("x_shape,w_shape,dilation", [
+    ((2, 29, 27, 8), (12, 3, 3, 8), (2, 2)),
+    ((1, 40, 44, 8), (40, 3, 3, 8), (2, 3)),
+    ((1, 140, 36, 64), (64, 3, 3, 64), (2, 2)),   # bands within a phase
+])
+def test_dilated_conv_tasks_cover_the_output_once(x_shape, w_shape, dilation, threads):
+    """Task part = image * dH*dW + phase (qy*dW + qx), rows counted within the phase: every (image, output
+    row, output channel) in exactly one task."""
+    geometry = resolve_conv2d(x_shape, w_shape, 1, dilation, dilation, 1)
+    with threaded(threads):
+        tasks = _cpu_backend.PackedLayer(np.zeros(w_shape, np.float32), None, np.float32, geometry,
+                                         "winograd").runner(geometry).tasks
+    (ho, wo), cols, (dh, dw) = geometry.output_hw, geometry.out_channels, dilation
+    covered = np.zeros((geometry.batch, ho, wo, cols), int)
+    for part, r0, r1, c0, c1 in tasks:
+        n, q = divmod(part, dh * dw)
+        qy, qx = divmod(q, dw)
+        assert c0 % 32 == 0 and r0 < r1
+        covered[n, r0 * dh + qy:r1 * dh + qy:dh, qx::dw, c0:c1] += 1
+    assert (covered == 1).all()
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_dilated_convs_match_the_reference(data):
+    """Any dilation of 1-3 per axis (one of them at least 2), kernel sides of 2-3, any padding, 1-2 images
+    of 20-44 pixels, 1-12 channels per group, one or two groups, serial and threaded: the phases run the
+    Winograd tiles where they have 144 outputs, the im2col kernel elsewhere."""
+    dilation = (data.draw(st.integers(1, 3), label="dH"), data.draw(st.integers(1, 3), label="dW"))
+    assume(max(dilation) > 1)
+    k = (data.draw(st.integers(2, 3), label="kH"), data.draw(st.integers(2, 3), label="kW"))
+    padding = tuple((data.draw(st.integers(0, d * (ki - 1)), label="pad_before"),
+                     data.draw(st.integers(0, d * (ki - 1)), label="pad_after")) for d, ki in zip(dilation, k))
+    groups = data.draw(st.integers(1, 2), label="groups")
+    x_shape = (data.draw(st.integers(1, 2), label="N"), data.draw(st.integers(20, 44), label="H"),
+               data.draw(st.integers(20, 44), label="W"), groups * data.draw(st.integers(1, 12), label="C_in/g"))
+    c_out = groups * data.draw(st.integers(1, 12), label="C_out/g")
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]), label="dtype")
+    x, w, b, kw = _dilated(x_shape, c_out, k, dilation, padding, groups, dtype, seed=data.draw(st.integers(0, 99)),
+                           bias=data.draw(st.booleans(), label="bias"))
+    with threaded(data.draw(st.sampled_from([1, 3]), label="threads")):
+        got = fastdeconv.conv2d(x, w, b, **kw, algorithm="winograd")
+    assert_close(got, _conv_reference(x, w, b, **kw), dtype, w[0].size, **kw)
+
+
+@pytest.mark.parametrize("stride,dilation,want", [(1, 2, "winograd"), (1, (1, 3), "winograd"), (2, 2, "im2col")])
+def test_dilated_conv_choice(stride, dilation, want):
+    """A dilated k3 convolution of 128 channels runs its dilation phases in Winograd tiles with stride 1;
+    with a stride too, "winograd" cannot run it (ValueError when forced) and im2col is chosen."""
+    w = np.zeros((128, 3, 3, 128), np.float32)
+    assert fastdeconv.Conv2d(w, stride=stride, padding=2, dilation=dilation).algorithm == want
+    if want == "im2col":
+        with pytest.raises(ValueError, match="stride 1 with a dilation"):
+            fastdeconv.Conv2d(w, stride=stride, padding=2, dilation=dilation, algorithm="winograd")
