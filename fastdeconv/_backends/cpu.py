@@ -77,7 +77,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       to the stride every output has one term: the GEMM adds the bias and the scatter is a copy, which
       reads the input once where "planar" transposes it.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
-      enough channels (C_in/groups >= 32 and C_out/groups >= 16) and at most 16 MiB of float32
+      enough channels (C_in/groups >= 32, or exactly 16 in each of several groups, merged or not; and
+      C_out/groups >= 16) and at most 16 MiB of float32
       weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
       "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
       multiplies per output on those phases; with fewer channels its tile transforms cost more than
@@ -133,6 +134,10 @@ _GROUPED_MAX_OUT_PER_GROUP = 16
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
+# ... and where several groups (merged or not) have exactly this many input channels each: k4 s2 with 8 groups
+# of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
+# of 4, grouped07); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
+_WINOGRAD_GROUPED_IN_PER_GROUP = 16
 _CONV_WINOGRAD_MAX_IN_PER_OUT = 8
 # Above this many bytes of float32 weights a layer keeps its direct algorithm: Winograd's packed
 # weights (2.8-5x the weights: the direct kernel's and the transformed ones) would outgrow the weight
@@ -143,7 +148,9 @@ _WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
 
 def _winograd_pays(geometry: ConvGeometry) -> bool:
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
-    return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP
+    channels = geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP or (
+        geometry.groups > 1 and geometry.in_per_group == _WINOGRAD_GROUPED_IN_PER_GROUP)
+    return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and channels
             and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
             and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
 

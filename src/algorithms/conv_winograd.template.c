@@ -57,9 +57,9 @@
  * of many channels): the workspace stays bounded whatever the image's width. */
 #define CONV_WINOGRAD_MAX_BAND_ELEMENTS (1 << 20)
 
-/* Dilation phases (module comment): dH*dW of them (at most the output's pixels once conv_winograd_direct
- * is false: at most |int| dilations otherwise); the outputs of phase q along an axis of `outputs` (those
- * o = q mod d); the widest phase's width (phase 0's). */
+/* Dilation phases (module comment): dH*dW of them, asked for only where conv_winograd_direct is false (every
+ * phase then has outputs, so their count is at most the output's pixels, whatever the dilations); the
+ * outputs of phase q along an axis of `outputs` (those o = q mod d); the widest phase's width (phase 0's). */
 static ptrdiff_t conv_winograd_phases(const fd_geometry *geo) { return geo->dilation_h * geo->dilation_w; }
 
 static ptrdiff_t conv_winograd_phase_size(ptrdiff_t outputs, ptrdiff_t dilation, ptrdiff_t q) {

@@ -418,6 +418,8 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 2, 2, 1024), (1024, 4, 4, 1024), dict(stride=2, padding=1), "phase"),  # 64 MiB of weights
     ((1, 2, 2, 512), (512, 4, 4, 512), dict(stride=2, padding=1), "winograd"),   # 16 MiB (tiny input: below)
     ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
+    ((4, 56, 56, 128), (128, 4, 4, 16), dict(stride=2, padding=1, groups=8), "winograd"),   # 8 groups of 16
+    ((1, 56, 56, 96), (96, 4, 4, 24), dict(stride=2, padding=1, groups=4), "phase"),       # groups of 24
 ])
 def test_automatic_choice(x_shape, w_shape, kw, want):
     geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
@@ -680,3 +682,12 @@ def test_dilated_conv_choice(stride, dilation, want):
     if want == "im2col":
         with pytest.raises(ValueError, match="stride 1 with a dilation"):
             fastdeconv.Conv2d(w, stride=stride, padding=2, dilation=dilation, algorithm="winograd")
+
+
+def test_groups_merged_to_16_input_channels_choose_winograd():
+    """32 groups of 4 -> 4 channels run merged as 8 groups of 16 -> 16 (group_merge), whose k4 s2 phases
+    "winograd" computes (the field's grouped07)."""
+    w = np.zeros((128, 4, 4, 4), np.float32)
+    layer = _cpu_backend.PackedLayer(w, None, np.float32, resolve_conv_transpose2d((1, 56, 56, 128), w.shape, 2, 1, 0, 1,
+                                                                                   32, None))
+    assert layer.algorithm == "winograd"
