@@ -50,15 +50,15 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     channels across groups: merged into GEMMs (group_merge) such layers multiply block-diagonal zeros,
     1.2-4.4× slower; with 16 inputs per group or more than 16 outputs the GEMM is the faster again, and
     with fewer outputs than inputs the kernel's vectors run part-filled. One whose kernel sides are 2 or
-    3 times its strides (k3 s1, k4 s2; dilated only with stride 1) with enough channels (sH·sW·C_in/groups >= 32,
-    C_out/groups >= 16), at most 16 MiB of weights (as for transposed convolutions, below) and not many
-    more in than out
-    (sH·sW·C_in <= 8·C_out: with 16-48 outputs from 400-3000 channels its transformed tiles, not the
-    GEMMs, set the pace) uses "winograd": its stride phases as channels (a stride-1 correlation of 2 or
-    3 taps per side), computed in Winograd tiles (images of fewer than 64 output pixels run its im2col
-    kernel); a dilated one, its dilation phases (every dH-th row and dW-th column of the output: stride-1
-    correlations of adjacent taps) in the same tiles, where each phase has at least 144 outputs (a k3 d2
-    layer on a 32×32 map; fewer run its im2col kernel). Every other convolution uses "im2col". For a transposed convolution:
+    3 times its strides (k3 s1, k4 s2; dilated only with stride 1) with enough channels
+    (sH·sW·C_in/groups >= 32, C_out/groups >= 16), at most 16 MiB of weights (as for transposed
+    convolutions, below) and not many more in than out (sH·sW·C_in <= 8·C_out: with 16-48 outputs from
+    400-3000 channels its transformed tiles, not the GEMMs, set the pace) uses "winograd": its stride
+    phases as channels (a stride-1 correlation of 2 or 3 taps per side), computed in Winograd tiles
+    (images of fewer than 64 output pixels run its im2col kernel); a dilated one, its dilation phases
+    (every dH-th row and dW-th column of the output: stride-1 correlations of adjacent taps) in the same
+    tiles, where each phase has at least 144 outputs (a k3 d2 layer on a 32×32 map; fewer run its im2col
+    kernel). Every other convolution uses "im2col". For a transposed convolution:
 
     * one input channel per group: "depthwise". A GEMM would have K = taps and N = C_out/groups; the
       direct kernel is bound by memory.

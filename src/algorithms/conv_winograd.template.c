@@ -152,7 +152,8 @@ static fd_workspace conv_winograd_workspace(const fd_geometry *geo, int dtype) {
 static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
     if (conv_winograd_direct(geo)) return im2col_tasks(geo, threads, tasks);
     const ptrdiff_t P = conv_winograd_phases(geo), images = geo->batch * P;
-    const ptrdiff_t rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, 0), cols = geo->out_channels / geo->groups;
+    const ptrdiff_t rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, 0);   /* phase 0's, the most */
+    const ptrdiff_t cols = geo->out_channels / geo->groups;
     ptrdiff_t count = 0;
     if (geo->batch <= 0 || rows <= 0) return 0;
     const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;

@@ -688,6 +688,6 @@ def test_groups_merged_to_16_input_channels_choose_winograd():
     """32 groups of 4 -> 4 channels run merged as 8 groups of 16 -> 16 (group_merge), whose k4 s2 phases
     "winograd" computes (the field's grouped07)."""
     w = np.zeros((128, 4, 4, 4), np.float32)
-    layer = _cpu_backend.PackedLayer(w, None, np.float32, resolve_conv_transpose2d((1, 56, 56, 128), w.shape, 2, 1, 0, 1,
-                                                                                   32, None))
+    geometry = resolve_conv_transpose2d((1, 56, 56, 128), w.shape, 2, 1, 0, 1, 32, None)
+    layer = _cpu_backend.PackedLayer(w, None, np.float32, geometry)
     assert layer.algorithm == "winograd"
