@@ -37,7 +37,52 @@ def algorithms(transposed: bool) -> tuple[str, ...]:
 
 def supports(algorithm: str, geometry: ConvGeometry) -> bool:
     """Whether an algorithm can run this layer (its template in src/algorithms/ says why not)."""
-    return _cpu.unsupported(algorithm, geometry) is None
+    return _unsupported(algorithm, geometry) is None
+
+
+def _unsupported(algorithm: str, geometry: ConvGeometry) -> str | None:
+    """Why an algorithm cannot run this layer, or None: its template's reason, unless the layer runs as
+    its equivalent convolution (_RUN_AS_CONVOLUTION), which that kind's algorithm of the name runs."""
+    reason = _cpu.unsupported(algorithm, geometry)
+    if (reason is None or algorithm not in _RUN_AS_CONVOLUTION or not geometry.transposed
+            or geometry.stride != (1, 1) or geometry.dilation == (1, 1)):
+        return reason
+    convolution = as_convolution(geometry)
+    if convolution is None:
+        return ("it runs a stride-1 dilated transposed convolution as the equivalent convolution, whose padding "
+                "(kernel - 1)·dilation - padding (plus output_padding after) must not be negative")
+    return _cpu.unsupported(algorithm, convolution)
+
+
+# Transposed-convolution algorithms that run a stride-1 dilated layer, which their own kernels cannot, as its
+# equivalent convolution (as_convolution) with the convolution algorithm of the same name: "winograd", whose
+# convolution computes a dilation's phases in Winograd tiles (src/algorithms/conv_winograd.template.c).
+_RUN_AS_CONVOLUTION = frozenset({"winograd"})
+
+
+def as_convolution(geometry: ConvGeometry) -> ConvGeometry | None:
+    """The convolution equal to a stride-1 dilated transposed convolution, else None.
+
+    With stride 1, y[o] = sum_k x[o + p - k·d] · w[k] (per axis) is the correlation of the same input with
+    the flipped weight (convolution_weight) and padding (kernel - 1)·d - p before, (kernel - 1)·d - p +
+    output_padding after: the same output, term for term. None also where that padding would be negative
+    (a layer that crops more than its kernel spans)."""
+    if not geometry.transposed or geometry.stride != (1, 1) or geometry.dilation == (1, 1):
+        return None
+    pad = tuple(((k - 1) * d - before, (k - 1) * d - after + extra) for k, d, (before, after), extra
+                in zip(geometry.kernel_hw, geometry.dilation, geometry.pad, geometry.output_padding))
+    if min(min(axis) for axis in pad) < 0:
+        return None
+    return dataclasses.replace(geometry, transposed=False, pad=pad, output_padding=(0, 0))
+
+
+def convolution_weight(weight: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
+    """A transposed convolution's (C_in, kH, kW, C_out/groups) weight as the (C_out, kH, kW, C_in/groups)
+    weight of as_convolution(geometry): w[g·Cog + o, u, v, c] = weight[g·Cig + c, kH - 1 - u, kW - 1 - v, o]."""
+    (kh, kw), groups = geometry.kernel_hw, geometry.groups
+    blocks = weight.reshape(groups, geometry.in_per_group, kh, kw, geometry.out_per_group)[:, :, ::-1, ::-1, :]
+    return np.ascontiguousarray(blocks.transpose(0, 4, 2, 3, 1).reshape(geometry.out_channels, kh, kw,
+                                                                         geometry.in_per_group))
 
 
 def choose_algorithm(geometry: ConvGeometry) -> str:
@@ -76,8 +121,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       keeps the GEMM efficient, and the scatter-add is cheap when C_out is small. With a kernel equal
       to the stride every output has one term: the GEMM adds the bias and the scatter is a copy, which
       reads the input once where "planar" transposes it.
-    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2, dilation 1),
-      enough channels (C_in/groups >= 32, or exactly 16 in each of several groups, merged or not; and
+    * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2; dilated only with
+      stride 1: as its equivalent convolution, flipped weight, whose dilation phases the convolution's
+      "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or exactly 16 in each of several groups, merged or not; and
       C_out/groups >= 16) and at most 16 MiB of float32
       weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
       "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
@@ -183,7 +229,7 @@ def resolve_algorithm(algorithm, geometry: ConvGeometry) -> str:
         kind = "transposed convolutions" if geometry.transposed else "convolutions"
         raise ValueError(f"algorithm must be None or one of {', '.join(map(repr, names))} for {kind}, "
                          f"got {algorithm!r}")
-    reason = _cpu.unsupported(algorithm, geometry)
+    reason = _unsupported(algorithm, geometry)
     if reason is not None:
         raise ValueError(f"algorithm={algorithm!r} cannot run this layer (C_in={geometry.in_channels}, "
                          f"C_out={geometry.out_channels}, groups={geometry.groups}, kernel={geometry.kernel_hw}, "
@@ -291,6 +337,17 @@ class PackedLayer:
             geometry = _merged(geometry, self._merge)
         self.algorithm = resolve_algorithm(algorithm, geometry)
         self.dtype = _COMPUTE_DTYPE[np.dtype(dtype)]
+        # The C algorithm that runs it: a stride-1 dilated transposed layer that this algorithm runs as its
+        # equivalent convolution, unless a weight is Inf or NaN. That convolution's padding taps are terms
+        # 0 · w, NaN for such a w, which the transposed convolution does not have: its "phase" kernel runs it,
+        # as "winograd" runs its own layers with non-finite weights.
+        self._kernel_algorithm = self.algorithm
+        self._as_convolution = _cpu.unsupported(self.algorithm, geometry) is not None
+        if self._as_convolution and not np.isfinite(weight).all():
+            self._as_convolution, self._kernel_algorithm = False, "phase"
+        if self._as_convolution:
+            weight = convolution_weight(np.asarray(weight), geometry)
+            geometry = as_convolution(geometry)
         weight = np.ascontiguousarray(weight, self.dtype)
         self._packs = {}   # axes exchanged (bool) -> _cpu.PackedWeights
         # both orientations run from one packing when exchanging the axes leaves it as it is
@@ -307,16 +364,16 @@ class PackedLayer:
     def _exchanged(self, geometry: ConvGeometry) -> ConvGeometry | None:
         """rows_for_columns(geometry) where this layer's algorithm can run it and does not thread its
         columns itself, else None."""
-        if self.algorithm in _OWN_COLUMNS:
+        if self._kernel_algorithm in _OWN_COLUMNS:
             return None
         exchanged = rows_for_columns(geometry)
-        return exchanged if exchanged is not None and supports(self.algorithm, exchanged) else None
+        return exchanged if exchanged is not None and supports(self._kernel_algorithm, exchanged) else None
 
     def _pack(self, weight, geometry: ConvGeometry, exchanged: bool) -> _cpu.PackedWeights:
         key = exchanged and not self._one_packing
         if key not in self._packs:
-            self._packs[key] = _cpu.PackedWeights(self.algorithm, _exchange_axes(weight) if exchanged else weight,
-                                                  geometry)
+            self._packs[key] = _cpu.PackedWeights(self._kernel_algorithm,
+                                                  _exchange_axes(weight) if exchanged else weight, geometry)
         return self._packs[key]
 
     @property
@@ -331,6 +388,8 @@ class PackedLayer:
         return sum(p.nbytes for p in self._packs.values()) + (0 if self._unmerged is None else self._unmerged.nbytes)
 
     def _make_runner(self, geometry: ConvGeometry) -> _cpu.Runner:
+        if self._as_convolution:
+            geometry = as_convolution(geometry)
         exchanged = self._exchanged(geometry)
         packed = self._pack(self._weight, exchanged or geometry, exchanged is not None)
         return _cpu.Runner(packed, self.bias, exchanged or geometry)

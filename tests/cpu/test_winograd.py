@@ -420,6 +420,7 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
     ((4, 56, 56, 128), (128, 4, 4, 16), dict(stride=2, padding=1, groups=8), "winograd"),   # 8 groups of 16
     ((1, 56, 56, 96), (96, 4, 4, 24), dict(stride=2, padding=1, groups=4), "phase"),       # groups of 24
+    ((1, 64, 64, 128), (128, 3, 3, 128), dict(stride=1, padding=3, dilation=3), "winograd"),   # as a convolution
 ])
 def test_automatic_choice(x_shape, w_shape, kw, want):
     geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
@@ -691,3 +692,105 @@ def test_groups_merged_to_16_input_channels_choose_winograd():
     geometry = resolve_conv_transpose2d((1, 56, 56, 128), w.shape, 2, 1, 0, 1, 32, None)
     layer = _cpu_backend.PackedLayer(w, None, np.float32, geometry)
     assert layer.algorithm == "winograd"
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. Stride-1 dilated transposed convolutions: "winograd" runs them as the equivalent convolution
+#    (fastdeconv._backends.cpu.as_convolution: flipped weight, padding (k - 1)·d - p), whose dilation
+#    phases section 7 tests
+# ----------------------------------------------------------------------------------------------
+
+def _dilated_transposed(x_shape, c_out, k, dilation, padding, output_padding, groups, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    kh, kw = (k, k) if isinstance(k, int) else k
+    signs = (rng.integers(0, 2, c_out // groups) * 2 - 1).astype(np.float64)
+    x = rng.uniform(0.25, 1.25, x_shape).astype(dtype)
+    w = (rng.uniform(0.5, 1.5, (x_shape[3], kh, kw, c_out // groups)) * signs).astype(dtype)
+    b = (rng.uniform(0.1, 1.0, c_out) * np.tile(signs, groups)).astype(dtype)
+    return x, w, b, dict(padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
+
+
+def _transposed_reference(x, w, b, **kw):
+    return fastdeconv.reference.conv_transpose2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                                                 **kw)
+
+
+NAMED_DILATED_TRANSPOSED = {
+    "k3_d3_like_dilated03": ((1, 40, 40, 32), 32, 3, 3, 3, 0, 1),
+    "k3_d2_uneven": ((2, 29, 27, 16), 24, 3, 2, (1, 3), (1, 0), 1),
+    "dilation_per_axis_output_padding": ((1, 36, 40, 8), 16, 3, (2, 3), (2, 1), (1, 2), 1),
+    "k2_two_groups": ((1, 30, 30, 16), 32, 2, 2, 0, 1, 2),
+    "k3x2_no_padding": ((1, 30, 34, 12), 8, (3, 2), 2, 0, 0, 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("isa", GEMM_ISAS)
+@pytest.mark.parametrize("name", NAMED_DILATED_TRANSPOSED)
+def test_dilated_transposed_conv_matches_the_reference(name, isa, dtype, threads):
+    x_shape, c_out, k, dilation, padding, output_padding, groups = NAMED_DILATED_TRANSPOSED[name]
+    x, w, b, kw = _dilated_transposed(x_shape, c_out, k, dilation, padding, output_padding, groups, dtype)
+    with gemm_isa(isa), threaded(threads):
+        got = fastdeconv.conv_transpose2d(x, w, b, **kw, algorithm="winograd")
+    assert not np.array_equal(got, fastdeconv.conv_transpose2d(x, w, b, **kw, algorithm="phase")), \
+        "ran no Winograd tile: no dilation phase reaches 144 outputs"
+    terms = w.shape[0] // groups * w[0, :, :, 0].size
+    assert_close(got, _transposed_reference(x, w, b, **kw), dtype, terms, name=name, isa=isa, threads=threads)
+
+
+@pytest.mark.parametrize("where", ["x", "w"])
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+@pytest.mark.parametrize("groups", [1, 4])   # 4 groups of 4 run merged, an Inf or NaN input unmerged
+def test_dilated_transposed_conv_puts_inf_and_nan_where_the_reference_does(where, value, groups):
+    """An Inf or NaN weight would meet the equivalent convolution's padding zeros (0 · Inf = NaN, a term the
+    transposed convolution does not have): such a layer runs the "phase" kernel, bit for bit."""
+    x, w, b, kw = _dilated_transposed((1, 30, 28, 16), 16, 3, 2, 2, 0, groups, np.float32)
+    if where == "x":
+        x[0, 0, 9, 3] = value
+    else:
+        w[5, 0, 2, 1] = value
+    got = fastdeconv.conv_transpose2d(x, w, b, **kw, algorithm="winograd")
+    assert_close(got, _transposed_reference(x, w, b, **kw), np.float32, 9 * 16, where=where, value=value)
+    if where == "w":
+        assert np.array_equal(got, fastdeconv.conv_transpose2d(x, w, b, **kw, algorithm="phase"), equal_nan=True)
+
+
+def test_dilated_transposed_conv_that_crops_more_than_its_kernel_spans():
+    """Padding over (k - 1)·d: the equivalent convolution's padding would be negative; "winograd" refuses
+    the layer, naming why, and the automatic choice takes "phase"."""
+    w = np.ones((64, 3, 3, 64), np.float32)
+    with pytest.raises(ValueError, match="must not be negative"):
+        fastdeconv.ConvTranspose2d(w, padding=5, dilation=2, algorithm="winograd")
+    assert fastdeconv.ConvTranspose2d(w, padding=5, dilation=2).algorithm == "phase"
+    assert fastdeconv.ConvTranspose2d(w, padding=3, dilation=2).algorithm == "winograd"
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(__import__("os").environ.get("CI")))
+@given(data=st.data())
+def test_property_dilated_transposed_convs_match_the_reference(data):
+    """Stride 1, any dilation of 1-3 per axis (one at least 2), kernel sides 2-3, any padding up to (k - 1)·d,
+    any output padding below the dilation, 1-2 images of 20-40 pixels, 1-12 channels per group, one or two
+    groups, serial and threaded."""
+    dilation = (data.draw(st.integers(1, 3), label="dH"), data.draw(st.integers(1, 3), label="dW"))
+    assume(max(dilation) > 1)
+    k = (data.draw(st.integers(2, 3), label="kH"), data.draw(st.integers(2, 3), label="kW"))
+    padding = tuple((data.draw(st.integers(0, d * (ki - 1)), label="pad_before"),
+                     data.draw(st.integers(0, d * (ki - 1)), label="pad_after")) for d, ki in zip(dilation, k))
+    output_padding = tuple(data.draw(st.integers(0, max(d - 1, 0)), label="output_padding") for d in dilation)
+    groups = data.draw(st.integers(1, 2), label="groups")
+    x_shape = (data.draw(st.integers(1, 2), label="N"), data.draw(st.integers(20, 40), label="H"),
+               data.draw(st.integers(20, 40), label="W"), groups * data.draw(st.integers(1, 12), label="C_in/g"))
+    c_out = groups * data.draw(st.integers(1, 12), label="C_out/g")
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]), label="dtype")
+    x, w, b, kw = _dilated_transposed(x_shape, c_out, k, dilation, padding, output_padding, groups, dtype,
+                                      seed=data.draw(st.integers(0, 99)))
+    try:
+        geometry = resolve_conv_transpose2d(x.shape, w.shape, 1, padding, output_padding, dilation, groups, None)
+    except ValueError:   # an output smaller than 1 pixel: not a layer
+        assume(False)
+    assert _cpu_backend.supports("winograd", geometry)
+    with threaded(data.draw(st.sampled_from([1, 3]), label="threads")):
+        got = fastdeconv.conv_transpose2d(x, w, b, **kw, algorithm="winograd")
+    assert_close(got, _transposed_reference(x, w, b, **kw), dtype, w.shape[0] // groups * k[0] * k[1], **kw)
