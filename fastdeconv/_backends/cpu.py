@@ -389,7 +389,11 @@ class PackedLayer:
 
     def _make_runner(self, geometry: ConvGeometry) -> _cpu.Runner:
         if self._as_convolution:
-            geometry = as_convolution(geometry)
+            convolution = as_convolution(geometry)
+            if convolution is None:   # no call of this layer's pads, nor a Dask block of it, has such pads
+                raise ValueError(f"pads {geometry.pad} crop more than the dilated kernel spans: "
+                                 f"this layer runs as a convolution and cannot run them")
+            geometry = convolution
         exchanged = self._exchanged(geometry)
         packed = self._pack(self._weight, exchanged or geometry, exchanged is not None)
         return _cpu.Runner(packed, self.bias, exchanged or geometry)

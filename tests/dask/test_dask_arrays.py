@@ -130,6 +130,17 @@ def test_chunks_of_one_row_under_a_halo_of_many(op):
     assert min(y.numblocks[1:3]) >= 5
 
 
+def test_dilated_transposed_blocks_run_as_convolutions():
+    """A stride-1 dilated transposed layer runs as its equivalent convolution ("winograd"): every block's
+    pads (at most the kernel's reach) give that convolution non-negative pads, and the blocks' results are
+    the in-memory call's."""
+    case = Case(op="t", n=1, hw=(40, 38), c_in=32, c_out=32, kernel=(3, 3), stride=1, dilation=2, padding=2,
+                output_padding=1, dtype="float32")
+    x, w, _ = case.arrays()
+    assert fastdeconv.ConvTranspose2d(w, stride=1, padding=2, output_padding=1, dilation=2).algorithm == "winograd"
+    run_case(case, (1, 13, 11, 32), "winograd")
+
+
 def test_blocks_that_no_tap_reaches_hold_the_bias():
     """k1 s4 with 2 rows cropped at the top and 3 rows of output_padding: the last output block
     (rows 8..9 of 10) lies in the output_padding, where no input row reaches: just the bias."""
