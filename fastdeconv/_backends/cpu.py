@@ -44,8 +44,7 @@ def _unsupported(algorithm: str, geometry: ConvGeometry) -> str | None:
     """Why an algorithm cannot run this layer, or None: its template's reason, unless the layer runs as
     its equivalent convolution (_RUN_AS_CONVOLUTION), which that kind's algorithm of the name runs."""
     reason = _cpu.unsupported(algorithm, geometry)
-    if (reason is None or algorithm not in _RUN_AS_CONVOLUTION or not geometry.transposed
-            or geometry.stride != (1, 1) or geometry.dilation == (1, 1)):
+    if reason is None or algorithm not in _RUN_AS_CONVOLUTION or not _dilated_stride_one_transposed(geometry):
         return reason
     convolution = as_convolution(geometry)
     if convolution is None:
@@ -60,6 +59,10 @@ def _unsupported(algorithm: str, geometry: ConvGeometry) -> str | None:
 _RUN_AS_CONVOLUTION = frozenset({"winograd"})
 
 
+def _dilated_stride_one_transposed(geometry: ConvGeometry) -> bool:
+    return geometry.transposed and geometry.stride == (1, 1) and geometry.dilation != (1, 1)
+
+
 def as_convolution(geometry: ConvGeometry) -> ConvGeometry | None:
     """The convolution equal to a stride-1 dilated transposed convolution, else None.
 
@@ -67,7 +70,7 @@ def as_convolution(geometry: ConvGeometry) -> ConvGeometry | None:
     the flipped weight (convolution_weight) and padding (kernel - 1)·d - p before, (kernel - 1)·d - p +
     output_padding after: the same output, term for term. None also where that padding would be negative
     (a layer that crops more than its kernel spans)."""
-    if not geometry.transposed or geometry.stride != (1, 1) or geometry.dilation == (1, 1):
+    if not _dilated_stride_one_transposed(geometry):
         return None
     pad = tuple(((k - 1) * d - before, (k - 1) * d - after + extra) for k, d, (before, after), extra
                 in zip(geometry.kernel_hw, geometry.dilation, geometry.pad, geometry.output_padding))
@@ -123,9 +126,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       reads the input once where "planar" transposes it.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2; dilated only with
       stride 1: as its equivalent convolution, flipped weight, whose dilation phases the convolution's
-      "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or exactly 16 in each of several groups, merged or not; and
-      C_out/groups >= 16) and at most 16 MiB of float32
-      weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
+      "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or
+      exactly 16 in each of several groups, merged or not; and C_out/groups >= 16) and at most 16 MiB of
+      float32 weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
       "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
       multiplies per output on those phases; with fewer channels its tile transforms cost more than
       that saves. Its error stays within the direct sum's. A call with fewer than 64 input pixels
