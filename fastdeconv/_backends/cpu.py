@@ -345,7 +345,7 @@ class PackedLayer:
         # 0 · w, NaN for such a w, which the transposed convolution does not have: its "phase" kernel runs it,
         # as "winograd" runs its own layers with non-finite weights.
         self._kernel_algorithm = self.algorithm
-        self._as_convolution = _cpu.unsupported(self.algorithm, geometry) is not None
+        self._as_convolution = self.algorithm in _RUN_AS_CONVOLUTION and _dilated_stride_one_transposed(geometry)
         if self._as_convolution and not np.isfinite(weight).all():
             self._as_convolution, self._kernel_algorithm = False, "phase"
         if self._as_convolution:

@@ -23,7 +23,8 @@ import fastdeconv
 from fastdeconv import _cpu
 from fastdeconv._backends import cpu as _cpu_backend
 from fastdeconv._params import resolve_conv2d, resolve_conv_transpose2d
-from helpers import GEMM_ISAS, Case, array_at, assert_close, check_case, examples, gemm_isa, threaded
+from helpers import (GEMM_ISAS, Case, array_at, assert_close, channel_signs, check_case, examples, gemm_isa, make_bias,
+                     make_weight_c, make_weight_t, make_x, threaded)
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "scripts" / "winograd_transforms.py"
@@ -566,13 +567,13 @@ def test_conv_winograd_workspace_is_bounded_whatever_the_width(dtype):
 # ----------------------------------------------------------------------------------------------
 
 def _dilated(x_shape, c_out, k, dilation, padding, groups, dtype, seed=0, bias=True):
+    """Positive x, weights and bias of one sign per output channel (helpers.make_*: nothing cancels)."""
     rng = np.random.default_rng(seed)
-    signs = (rng.integers(0, 2, c_out) * 2 - 1).astype(np.float64)
-    x = rng.uniform(0.25, 1.25, x_shape).astype(dtype)
     kh, kw = (k, k) if isinstance(k, int) else k
-    w = (rng.uniform(0.5, 1.5, (c_out, kh, kw, x_shape[3] // groups)) * signs.reshape(-1, 1, 1, 1)).astype(dtype)
-    b = (rng.uniform(0.1, 1.0, c_out) * signs).astype(dtype) if bias else None
-    return x, w, b, dict(padding=padding, dilation=dilation, groups=groups)
+    signs = channel_signs(c_out, rng)
+    w = make_weight_c(c_out, kh, kw, x_shape[3], groups, dtype, rng, signs)
+    b = make_bias(c_out, dtype, rng, signs) if bias else None
+    return make_x(x_shape, dtype, rng), w, b, dict(padding=padding, dilation=dilation, groups=groups)
 
 
 def _conv_reference(x, w, b, **kw):
@@ -701,13 +702,13 @@ def test_groups_merged_to_16_input_channels_choose_winograd():
 # ----------------------------------------------------------------------------------------------
 
 def _dilated_transposed(x_shape, c_out, k, dilation, padding, output_padding, groups, dtype, seed=0):
+    """As _dilated, for conv_transpose2d."""
     rng = np.random.default_rng(seed)
     kh, kw = (k, k) if isinstance(k, int) else k
-    signs = (rng.integers(0, 2, c_out // groups) * 2 - 1).astype(np.float64)
-    x = rng.uniform(0.25, 1.25, x_shape).astype(dtype)
-    w = (rng.uniform(0.5, 1.5, (x_shape[3], kh, kw, c_out // groups)) * signs).astype(dtype)
-    b = (rng.uniform(0.1, 1.0, c_out) * np.tile(signs, groups)).astype(dtype)
-    return x, w, b, dict(padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
+    signs = channel_signs(c_out, rng)
+    w = make_weight_t(x_shape[3], kh, kw, c_out, groups, dtype, rng, signs)
+    return make_x(x_shape, dtype, rng), w, make_bias(c_out, dtype, rng, signs), dict(
+        padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
 
 
 def _transposed_reference(x, w, b, **kw):
