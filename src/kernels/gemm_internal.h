@@ -4,6 +4,8 @@
 #ifndef FASTDECONV_GEMM_INTERNAL_H
 #define FASTDECONV_GEMM_INTERNAL_H
 
+#include <stdint.h>
+
 #include "gemm.h"
 #include "runtime/cpu_features.h"
 
@@ -73,6 +75,7 @@
 #define FD_PREFETCH_WRITE(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 /* MSVC has no unroll pragma (it would warn C4068 and ignore it) */
 #define FD_UNROLL_BY(n)
+#define FD_KEEP_IN_REGISTER(pointer) ((void)0)
 #else
 #define FD_FORCE_INLINE inline __attribute__((always_inline))
 #define FD_NOINLINE __attribute__((noinline))
@@ -81,6 +84,10 @@
 /* #pragma GCC unroll n, usable in a macro */
 #define FD_PRAGMA(text) _Pragma(#text)
 #define FD_UNROLL_BY(n) FD_PRAGMA(GCC unroll n)
+/* The pointer's value is unknown to the optimiser from here on: a pointer walked by a runtime step
+ * (p += step per row) stays one register instead of becoming a precomputed offset per row, which the
+ * compiler keeps on the stack and reloads for every use when the registers run out. */
+#define FD_KEEP_IN_REGISTER(pointer) __asm__("" : "+r"(pointer))
 #endif
 
 /* Packed-B geometry, shared by every ISA (see gemm.h): panels of

@@ -236,6 +236,113 @@ static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, s
     return 0;
 }
 
+#ifdef FD_STRIDED_MR
+#define FD_STRIDED_MAX_MR (FD_STRIDED_MR > FD_STRIDED_WIDE_MR ? FD_STRIDED_MR : FD_STRIDED_WIDE_MR)
+/* A full tile of MR rows x NV vectors whose A rows are evenly spaced (row i's tap t at a_first[t] +
+ * i*a_step) and whose C rows are too (c + i*c_step): the rows of one output row of a convolution, at
+ * any stride. The indirect tiles keep a pointer per row in a general register, which caps the narrow
+ * one at 8 rows: 8 accumulators just cover the FMA latency and each B line feeds only 8 FMAs. Here one
+ * pointer walks the rows, so the tile holds MR*NV accumulators and the B vectors of KU k steps; A is
+ * broadcast from memory inside the FMAs. Each C element still sums bias, then taps and k in ascending
+ * order: the same bits as the indirect tiles. */
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(strided_tile)(const int MR, const int NV, const int KU, size_t taps,
+                                                               size_t Kc, const FD_REAL *const *a_first,
+                                                               ptrdiff_t a_step, const FD_REAL *b, size_t b_stride,
+                                                               const FD_REAL *bias, FD_REAL *c, ptrdiff_t c_step,
+                                                               int accumulate) {
+    FD_VEC acc[FD_STRIDED_MAX_MR][FD_TILE_MAX_NV];
+    int i, u, v;
+    size_t t, k;
+FD_UNROLL_BY(4)
+    for (v = 0; v < NV; v++) {
+        const FD_VEC init = bias != NULL && !accumulate ? FD_VLOADU(bias + v * FD_LANES) : FD_VZERO();
+FD_UNROLL_BY(32)
+        for (i = 0; i < MR; i++) acc[i][v] = init;
+    }
+FD_UNROLL_BY(32)
+    for (i = 0; i < MR; i++)
+FD_UNROLL_BY(4)
+        for (v = 0; v < NV; v++) FD_PREFETCH_WRITE(c + i * c_step + v * FD_LANES);
+    for (t = 0; t < taps; t++) {
+        const FD_REAL *a0 = a_first[t];
+        const FD_REAL *bk = b + t * Kc * b_stride;
+        for (k = 0; k + (size_t)KU <= Kc; k += (size_t)KU) {
+            FD_VEC bv[8][FD_TILE_MAX_NV];
+            const FD_REAL *p = a0 + k;
+            /* each row's line two lines ahead, once per line, as the indirect tiles ask */
+            if (k % FD_A_LINE == 0 && k + 2 * FD_A_LINE < Kc) {
+FD_UNROLL_BY(32)
+                for (i = 0; i < MR; i++) FD_PREFETCH_READ(p + i * a_step + 2 * FD_A_LINE);
+            }
+FD_UNROLL_BY(8)
+            for (u = 0; u < KU; u++)
+FD_UNROLL_BY(4)
+                for (v = 0; v < NV; v++) bv[u][v] = FD_VLOADU(bk + u * b_stride + v * FD_LANES);
+            bk += (size_t)KU * b_stride;
+FD_UNROLL_BY(32)
+            for (i = 0; i < MR; i++, p += a_step) {
+                FD_KEEP_IN_REGISTER(p);
+FD_UNROLL_BY(8)
+                for (u = 0; u < KU; u++) {
+                    const FD_VEC ai = FD_VBCAST(p + u);
+FD_UNROLL_BY(4)
+                    for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[u][v], acc[i][v]);
+                }
+            }
+        }
+        for (; k < Kc; k++) {
+            FD_VEC bv[FD_TILE_MAX_NV];
+            const FD_REAL *p = a0 + k;
+FD_UNROLL_BY(4)
+            for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
+            bk += b_stride;
+FD_UNROLL_BY(32)
+            for (i = 0; i < MR; i++, p += a_step) {
+                const FD_VEC ai = FD_VBCAST(p);
+FD_UNROLL_BY(4)
+                for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
+            }
+        }
+    }
+FD_UNROLL_BY(32)
+    for (i = 0; i < MR; i++)
+FD_UNROLL_BY(4)
+        for (v = 0; v < NV; v++) {
+            if (accumulate) acc[i][v] = FD_VADD(acc[i][v], FD_VLOADU(c + i * c_step + v * FD_LANES));
+            FD_VSTOREU(c + i * c_step + v * FD_LANES, acc[i][v]);
+        }
+}
+
+/* Whether `rows` rows (T pointers each, the first `taps` of them this call's, none NULL) are
+ * evenly spaced in every tap and in C; if so, sets the steps in elements. Compared as addresses: the
+ * rows may lie in different allocations, where subtracting pointers is undefined. */
+static inline int FD_SIMD_FN(evenly_spaced)(size_t rows, const FD_REAL *const *a_rows, size_t T, size_t taps,
+                                            FD_REAL *const *c_rows, ptrdiff_t *a_step, ptrdiff_t *c_step) {
+    const uintptr_t a_bytes = (uintptr_t)a_rows[T] - (uintptr_t)a_rows[0];
+    const uintptr_t c_bytes = (uintptr_t)c_rows[1] - (uintptr_t)c_rows[0];
+    size_t i, t;
+    if (a_bytes % sizeof(FD_REAL) != 0 || c_bytes % sizeof(FD_REAL) != 0) return 0;
+    for (t = 0; t < taps; t++)
+        for (i = 1; i < rows; i++)
+            if ((uintptr_t)a_rows[i * T + t] != (uintptr_t)a_rows[t] + i * a_bytes) return 0;
+    for (i = 2; i < rows; i++)
+        if ((uintptr_t)c_rows[i] != (uintptr_t)c_rows[0] + i * c_bytes) return 0;
+    *a_step = (ptrdiff_t)(intptr_t)a_bytes / (ptrdiff_t)sizeof(FD_REAL);
+    *c_step = (ptrdiff_t)(intptr_t)c_bytes / (ptrdiff_t)sizeof(FD_REAL);
+    return 1;
+}
+
+/* Whether rows [m0, m0 + rows) of a full panel take a strided tile: all of them there, no tap missing,
+ * evenly spaced (then sets the steps). The rows of one output row do; a row's end or a border with a
+ * missing tap takes the indirect tiles. */
+static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t rows, size_t T, size_t taps,
+                                           const FD_REAL *const *a_rows, FD_REAL *const *c_rows, int skip,
+                                           ptrdiff_t *a_step, ptrdiff_t *c_step) {
+    return M - m0 >= rows && !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
+           FD_SIMD_FN(evenly_spaced)(rows, a_rows + m0 * T, T, taps, c_rows + m0, a_step, c_step);
+}
+#endif
+
 /* The tile kernels: wide/narrow, plain/skipping NULL taps/short and streaming B (FD_SHORT_MR). The plain
  * ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
 #define FD_DEFINE_TILE(name, MR, NV, SKIP, STREAM, attributes)                                                   \
@@ -378,6 +485,19 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
     if (width >= wide) {
         for (m0 = first; m0 < M; m0 += FD_WIDE_MR) {
             const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
+#ifdef FD_STRIDED_MR
+            ptrdiff_t a_step, c_step;
+            if (valid == width &&
+                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_WIDE_MR, T, taps, a_rows, c_rows, skip, &a_step, &c_step)) {
+                for (j = 0; j < valid; j += wide)
+                    FD_SIMD_FN(strided_tile)(FD_STRIDED_WIDE_MR, FD_WIDE_NV, FD_STRIDED_WIDE_K_UNROLL, taps, Kc,
+                                             a_rows + m0 * T, a_step, b + j, width,
+                                             bias != NULL ? bias + n0 + j : NULL, c_rows[m0] + n0 + j, c_step,
+                                             accumulate);
+                m0 += FD_STRIDED_WIDE_MR - FD_WIDE_MR;
+                continue;
+            }
+#endif
             const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
             for (j = 0; j < valid; j += wide) {
                 if (M <= FD_SHORT_MR)
@@ -394,6 +514,19 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
     } else {
         for (m0 = first; m0 < M; m0 += FD_NARROW_MR) {
             const size_t mr = M - m0 < FD_NARROW_MR ? M - m0 : FD_NARROW_MR;
+#ifdef FD_STRIDED_MR
+            ptrdiff_t a_step, c_step;
+            if (valid == width &&
+                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_MR, T, taps, a_rows, c_rows, skip, &a_step, &c_step)) {
+                for (j = 0; j < valid; j += narrow)
+                    FD_SIMD_FN(strided_tile)(FD_STRIDED_MR, FD_NARROW_NV, FD_STRIDED_K_UNROLL, taps, Kc,
+                                             a_rows + m0 * T, a_step, b + j, width,
+                                             bias != NULL ? bias + n0 + j : NULL, c_rows[m0] + n0 + j, c_step,
+                                             accumulate);
+                m0 += FD_STRIDED_MR - FD_NARROW_MR;
+                continue;
+            }
+#endif
             const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
             for (j = 0; j < valid; j += narrow) {
                 if (M <= FD_SHORT_MR)
@@ -485,6 +618,11 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_WIDE_NV
 #undef FD_DENSE_WIDE_MR
 #undef FD_DENSE_NARROW_MR
+#undef FD_STRIDED_MR
+#undef FD_STRIDED_WIDE_MR
+#undef FD_STRIDED_K_UNROLL
+#undef FD_STRIDED_WIDE_K_UNROLL
+#undef FD_STRIDED_MAX_MR
 #undef FD_DENSE_MAX_MR
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV

@@ -176,6 +176,81 @@ DEFINE_CHECK(double, d, 1e-14)
 DEFINE_DENSE_CHECK(float, s, 2e-6)
 DEFINE_DENSE_CHECK(double, d, 1e-14)
 
+/* Evenly spaced rows (the strided tile, gemm_simd.template.c): row m's tap t reads one image at
+ * (m + m/run)*step + t*Kc (a 1-D convolution of stride `step`, its spacing broken every `run` rows as at
+ * a new output row), C rows lie ldc apart in one allocation with sentinels in the gaps, and with skip
+ * the first and last row of each run miss a tap (a border; one B element is infinite, so a leaked NULL
+ * tap shows as a NaN). The same values copied into separate allocations (no rows evenly spaced) take
+ * the indirect tiles: both must give the same bits, and the double-precision reference within TOL. */
+#define DEFINE_STRIDED_CHECK(REAL, P, TOL)                                                                       \
+    static void check_strided_##P(size_t M, size_t N, size_t T, size_t Kc, size_t step, size_t run, int mode,   \
+                                  int skip) {                                                                  \
+        const size_t K = T * Kc, ldc = N + 3, extent = (M + M / run) * step + T * Kc;                          \
+        REAL *image = xmalloc(extent * sizeof(REAL)), *b = xmalloc(K * N * sizeof(REAL));                      \
+        REAL *packed = xmalloc(fd_##P##gemm_packed_size(K, N) * sizeof(REAL));                                  \
+        REAL *c = xmalloc(M * ldc * sizeof(REAL)), *bias = xmalloc(N * sizeof(REAL));                          \
+        REAL **copies = xmalloc(M * T * sizeof(REAL *)), **c_copies = xmalloc(M * sizeof(REAL *));             \
+        const REAL **a_rows = xmalloc(M * T * sizeof(REAL *)), **copy_rows = xmalloc(M * T * sizeof(REAL *));  \
+        REAL **c_rows = xmalloc(M * sizeof(REAL *));                                                           \
+        double *ref = xmalloc(M * N * sizeof(double)), *scale = xmalloc(M * N * sizeof(double));               \
+        size_t i, k, m, n, t;                                                                                  \
+        int bad = 0;                                                                                           \
+        for (i = 0; i < extent; i++) image[i] = (REAL)rng_uniform();                                           \
+        for (i = 0; i < K * N; i++) b[i] = (REAL)rng_uniform();                                                \
+        if (skip) b[rng_below(K * N)] = (REAL)INFINITY;                                                        \
+        fd_##P##gemm_pack_b(K, N, b, (ptrdiff_t)N, 1, packed);                                                 \
+        for (n = 0; n < N; n++) bias[n] = (REAL)rng_uniform();                                                 \
+        for (i = 0; i < M * ldc; i++) c[i] = (REAL)(i % ldc < N ? rng_uniform() : SENTINEL);                   \
+        for (m = 0; m < M; m++) {                                                                              \
+            c_rows[m] = c + m * ldc;                                                                           \
+            c_copies[m] = xmalloc(N * sizeof(REAL));                                                           \
+            memcpy(c_copies[m], c_rows[m], N * sizeof(REAL));                                                  \
+            for (t = 0; t < T; t++) {                                                                          \
+                const int border = skip && ((m % run == 0 && t == 0) || (m % run == run - 1 && t == T - 1));   \
+                a_rows[m * T + t] = border ? NULL : image + (m + m / run) * step + t * Kc;                     \
+                copies[m * T + t] = border ? NULL : xmalloc(Kc * sizeof(REAL));                                \
+                if (!border) memcpy(copies[m * T + t], a_rows[m * T + t], Kc * sizeof(REAL));                  \
+                copy_rows[m * T + t] = copies[m * T + t];                                                      \
+            }                                                                                                  \
+            for (n = 0; n < N; n++) {                                                                          \
+                double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
+                double mag = fabs(acc);                                                                        \
+                for (t = 0; t < T; t++)                                                                        \
+                    for (k = 0; k < Kc && a_rows[m * T + t] != NULL; k++) {                                    \
+                        const double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * N + n];   \
+                        acc += prod;                                                                           \
+                        mag += fabs(prod);                                                                     \
+                    }                                                                                          \
+                ref[m * N + n] = acc;                                                                          \
+                scale[m * N + n] = mag;                                                                        \
+            }                                                                                                  \
+        }                                                                                                      \
+        const int flags = (mode == 2 ? FD_GEMM_ACCUMULATE : 0) | (skip ? FD_GEMM_SKIP_NULL : 0);               \
+        fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, flags);            \
+        fd_##P##gemm_indirect(M, N, T, Kc, copy_rows, packed, mode == 1 ? bias : NULL, c_copies, flags);       \
+        for (m = 0; m < M; m++)                                                                                \
+            for (n = 0; n < ldc; n++) {                                                                        \
+                const double got = c_rows[m][n], want = ref[m * N + (n < N ? n : 0)];                          \
+                if (n >= N) bad |= got != SENTINEL;                                                            \
+                else if (memcmp(&c_rows[m][n], &c_copies[m][n], sizeof(REAL)) != 0) bad = 1;                  \
+                else if (isfinite(want)) bad |= !(fabs(got - want) <= TOL * (scale[m * N + n] + 1e-30));      \
+                else bad |= !(got == want || (isnan(got) && isnan(want)));                                     \
+            }                                                                                                  \
+        if (bad) {                                                                                             \
+            if (failures < 20)                                                                                 \
+                fprintf(stderr, "FAIL %s " #P " strided M=%zu N=%zu T=%zu Kc=%zu step=%zu run=%zu mode=%d skip=%d\n", \
+                        fd_gemm_isa_name(fd_gemm_get_isa()), M, N, T, Kc, step, run, mode, skip);              \
+            failures++;                                                                                        \
+        }                                                                                                      \
+        for (i = 0; i < M * T; i++) free(copies[i]);                                                           \
+        for (m = 0; m < M; m++) free(c_copies[m]);                                                             \
+        free(image); free(b); free(packed); free(c); free(bias); free(copies); free(c_copies); free(a_rows);   \
+        free(copy_rows); free(c_rows); free(ref); free(scale);                                                 \
+    }
+
+DEFINE_STRIDED_CHECK(float, s, 2e-6)
+DEFINE_STRIDED_CHECK(double, d, 1e-14)
+
 static void run_sweep(int quick) {
     static const size_t dims[] = {1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 65};
     static const size_t big_n[] = {48, 96, 100, 128, 255, 512};
@@ -226,6 +301,23 @@ static void run_sweep(int quick) {
             check_dense_s(72, 64, 64, 0); /* stride1's */
             check_dense_d(72, 32, 64, 0);
         }
+        { /* evenly spaced rows around the strided tile's 24 rows: runs of 23-60 rows (some tiles across a
+             run's end), narrow and wide panels and a partial one, Kc around its k unroll of 4 and A's
+             16-element lines, strides 1-3 rows of Kc, taps blocked (the budget below) */
+            static const size_t strided_n[] = {8, 16, 24, 32, 48, 100}, strided_k[] = {1, 3, 4, 7, 16, 37, 64};
+            static const size_t strided_m[] = {23, 24, 25, 48, 50, 97}, strided_run[] = {23, 24, 25, 32, 60};
+            const int strided_count = quick ? 24 : 240;
+            for (c = 0; c < strided_count; c++) {
+                const size_t M = strided_m[rng_below(sizeof strided_m / sizeof strided_m[0])];
+                const size_t N = strided_n[rng_below(sizeof strided_n / sizeof strided_n[0])];
+                const size_t Kc = strided_k[rng_below(sizeof strided_k / sizeof strided_k[0])];
+                const size_t run = strided_run[rng_below(sizeof strided_run / sizeof strided_run[0])];
+                const size_t T = 1 + rng_below(9), step = Kc * (1 + rng_below(3));
+                const int mode = (int)rng_below(3), skip = rng_below(2) == 0;
+                check_strided_s(M, N, T, Kc, step, run, mode, skip);
+                check_strided_d(M, N, T, Kc, step, run, mode, skip);
+            }
+        }
         if (!quick) { /* every edge of the tiles, deterministically: N around the dot panels (1-4, 33-36) and the
                          16/32-wide panels, M around the row tiles (4, 5, 6, 8, 12 rows), Kc not a multiple of
                          any vector's lanes */
@@ -272,6 +364,8 @@ static void run_sweep(int quick) {
         check_s(25, 16, 9, 500, 1, 0, 0);
         check_d(7, 40, 6, 400, 1, 0, 1);
         check_s(3, 64, 6, 512, 2, 0, 1);
+        check_strided_s(50, 16, 9, 400, 400, 30, 1, 1);
+        check_strided_d(50, 8, 9, 400, 800, 30, 2, 0);
         fd_gemm_set_panel_budget(-1);
         printf("  %-8s %s\n", fd_gemm_isa_name(isa), failures == before ? "ok" : "FAILED");
     }
