@@ -67,8 +67,6 @@ static inline FD_TARGET void fd_avx512_sums8x8_pd(const __m512d *v, double *out)
 #define FD_DENSE_NARROW_MR 24
 #define FD_STRIDED_MR 24
 #define FD_STRIDED_K_UNROLL 4
-#define FD_STRIDED_WIDE_MR 12
-#define FD_STRIDED_WIDE_K_UNROLL 2
 #include "gemm_simd.template.c"
 
 /* ---- double: 8 lanes */
@@ -96,8 +94,6 @@ static inline FD_TARGET void fd_avx512_sums8x8_pd(const __m512d *v, double *out)
 #define FD_DENSE_NARROW_MR 24
 #define FD_STRIDED_MR 24
 #define FD_STRIDED_K_UNROLL 4
-#define FD_STRIDED_WIDE_MR 12
-#define FD_STRIDED_WIDE_K_UNROLL 2
 #include "gemm_simd.template.c"
 
 #else /* no x86 SIMD in this build */

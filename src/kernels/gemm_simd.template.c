@@ -237,7 +237,6 @@ static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, s
 }
 
 #ifdef FD_STRIDED_MR
-#define FD_STRIDED_MAX_MR (FD_STRIDED_MR > FD_STRIDED_WIDE_MR ? FD_STRIDED_MR : FD_STRIDED_WIDE_MR)
 /* A full tile of MR rows x NV vectors whose A rows are evenly spaced (row i's tap t at a_first[t] +
  * i*a_step) and whose C rows are too (c + i*c_step): the rows of one output row of a convolution, at
  * any stride. The indirect tiles keep a pointer per row in a general register, which caps the narrow
@@ -250,7 +249,7 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(strided_tile)(const int MR, con
                                                                ptrdiff_t a_step, const FD_REAL *b, size_t b_stride,
                                                                const FD_REAL *bias, FD_REAL *c, ptrdiff_t c_step,
                                                                int accumulate) {
-    FD_VEC acc[FD_STRIDED_MAX_MR][FD_TILE_MAX_NV];
+    FD_VEC acc[FD_STRIDED_MR][FD_TILE_MAX_NV];
     int i, u, v;
     size_t t, k;
 FD_UNROLL_BY(4)
@@ -332,13 +331,16 @@ static inline int FD_SIMD_FN(evenly_spaced)(size_t rows, const FD_REAL *const *a
     return 1;
 }
 
-/* Whether rows [m0, m0 + rows) of a full panel take a strided tile: all of them there, no tap missing,
- * evenly spaced (then sets the steps). The rows of one output row do; a row's end or a border with a
- * missing tap takes the indirect tiles. */
-static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t rows, size_t T, size_t taps,
+/* Whether rows [m0, m0 + rows) of a full panel take a strided tile: at least FD_STRIDED_MIN_K products
+ * per element, all the rows there, no tap missing, evenly spaced (then sets the steps). The rows of one
+ * output row are; a row's end or a border with a missing tap takes the indirect tiles. With a short K
+ * (a 1x1 layer or a col2im of few input channels) A streams from memory once, and there the indirect
+ * tiles measured faster. */
+#define FD_STRIDED_MIN_K 256
+static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t rows, size_t T, size_t taps, size_t Kc,
                                            const FD_REAL *const *a_rows, FD_REAL *const *c_rows, int skip,
                                            ptrdiff_t *a_step, ptrdiff_t *c_step) {
-    return M - m0 >= rows && !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
+    return taps * Kc >= FD_STRIDED_MIN_K && M - m0 >= rows && !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
            FD_SIMD_FN(evenly_spaced)(rows, a_rows + m0 * T, T, taps, c_rows + m0, a_step, c_step);
 }
 #endif
@@ -485,19 +487,6 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
     if (width >= wide) {
         for (m0 = first; m0 < M; m0 += FD_WIDE_MR) {
             const size_t mr = M - m0 < FD_WIDE_MR ? M - m0 : FD_WIDE_MR;
-#ifdef FD_STRIDED_MR
-            ptrdiff_t a_step, c_step;
-            if (valid == width &&
-                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_WIDE_MR, T, taps, a_rows, c_rows, skip, &a_step, &c_step)) {
-                for (j = 0; j < valid; j += wide)
-                    FD_SIMD_FN(strided_tile)(FD_STRIDED_WIDE_MR, FD_WIDE_NV, FD_STRIDED_WIDE_K_UNROLL, taps, Kc,
-                                             a_rows + m0 * T, a_step, b + j, width,
-                                             bias != NULL ? bias + n0 + j : NULL, c_rows[m0] + n0 + j, c_step,
-                                             accumulate);
-                m0 += FD_STRIDED_WIDE_MR - FD_WIDE_MR;
-                continue;
-            }
-#endif
             const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
             for (j = 0; j < valid; j += wide) {
                 if (M <= FD_SHORT_MR)
@@ -517,7 +506,7 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
 #ifdef FD_STRIDED_MR
             ptrdiff_t a_step, c_step;
             if (valid == width &&
-                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_MR, T, taps, a_rows, c_rows, skip, &a_step, &c_step)) {
+                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_MR, T, taps, Kc, a_rows, c_rows, skip, &a_step, &c_step)) {
                 for (j = 0; j < valid; j += narrow)
                     FD_SIMD_FN(strided_tile)(FD_STRIDED_MR, FD_NARROW_NV, FD_STRIDED_K_UNROLL, taps, Kc,
                                              a_rows + m0 * T, a_step, b + j, width,
@@ -619,10 +608,8 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_DENSE_WIDE_MR
 #undef FD_DENSE_NARROW_MR
 #undef FD_STRIDED_MR
-#undef FD_STRIDED_WIDE_MR
 #undef FD_STRIDED_K_UNROLL
-#undef FD_STRIDED_WIDE_K_UNROLL
-#undef FD_STRIDED_MAX_MR
+#undef FD_STRIDED_MIN_K
 #undef FD_DENSE_MAX_MR
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV

@@ -301,10 +301,11 @@ static void run_sweep(int quick) {
             check_dense_s(72, 64, 64, 0); /* stride1's */
             check_dense_d(72, 32, 64, 0);
         }
-        { /* evenly spaced rows around the strided tile's 24 rows: runs of 23-60 rows (some tiles across a
-             run's end), narrow and wide panels and a partial one, Kc around its k unroll of 4 and A's
-             16-element lines, strides 1-3 rows of Kc, taps blocked (the budget below) */
-            static const size_t strided_n[] = {8, 16, 24, 32, 48, 100}, strided_k[] = {1, 3, 4, 7, 16, 37, 64};
+        { /* evenly spaced rows around the strided tiles' 24 and 12 rows: runs of 23-60 rows (some tiles
+             across a run's end), narrow and wide panels and a partial one, Kc around their k unroll of 4
+             and A's 16-element lines, taps x Kc on both sides of the tiles' least K (256), strides 1-3
+             rows of Kc; taps in blocks below (the budget) */
+            static const size_t strided_n[] = {8, 16, 24, 32, 48, 100}, strided_k[] = {3, 4, 7, 16, 37, 64, 130, 300};
             static const size_t strided_m[] = {23, 24, 25, 48, 50, 97}, strided_run[] = {23, 24, 25, 32, 60};
             const int strided_count = quick ? 24 : 240;
             for (c = 0; c < strided_count; c++) {
