@@ -63,12 +63,13 @@
  * below the FMA rate, and two accumulator columns give enough independent chains;
  * the 16-wide granule keeps N = 16 (1x1/2x2 deconvs with 4-16 channels) padding-free.
  * Larger MR (14-28) measured slower (GPR pressure: one pointer per row).
- * STRIDED TILES (AVX-512): row tiles whose A rows are evenly spaced in every tap and whose C rows are
- * too (the pixels of one output row of a convolution, at any stride) are addressed from one pointer
- * walked by the spacing, so they hold more rows: 24 x 16 on a 16-wide panel (8 x 16 there reached about
- * 70 % of the FMA peak: 8 accumulators barely cover the FMA latency) and 12 x 32 on full panels. Only
- * with at least 256 products per C element (taps x Kc): below that A streams from memory once and the
- * indirect tiles measured as fast or faster. Same sums in the same order: the same bits either way.
+ * STRIDED TILES (AVX-512): on a 16-wide panel, row tiles whose A rows are evenly spaced in every tap and
+ * whose C rows are too (the pixels of one output row of a convolution, at any stride) are addressed
+ * from one pointer walked by the spacing, so they hold 24 rows instead of 8 (8 x 16 reached about 70 %
+ * of the FMA peak: 8 accumulators barely cover the FMA latency). Only with at least 256 products per C
+ * element (taps x Kc): below that A streams from memory once and the indirect tile measured as fast or
+ * faster; a 12 x 32 strided tile on full panels measured no faster than the indirect one. Same sums in
+ * the same order: the same bits either way.
  *
  * MEASURED by tests/c/build.sh bench: GFLOP/s per ISA on the shapes (a)-(g) of tests/c/test_gemm.c,
  * against numpy's BLAS (results, with the machine they ran on: asv_benches/NOTES.md). The SIMD kernels
