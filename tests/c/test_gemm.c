@@ -39,6 +39,30 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
 #define SENTINEL 12345.0
 
 /* ------------------------------------------------------------ correctness */
+/* The double-precision reference of gemm.h's MATH, and each element's sum of |products| (its error scale).
+ * mode 0: zero init, 1: bias, 2: accumulate onto c_rows (the bias must be ignored). */
+#define DEFINE_REFERENCE(REAL, P)                                                                               \
+    static void reference_##P(size_t M, size_t N, size_t T, size_t Kc, const REAL *const *a_rows, const REAL *b, \
+                              ptrdiff_t sk, ptrdiff_t sn, int mode, const REAL *bias, REAL *const *c_rows,     \
+                              double *ref, double *scale) {                                                    \
+        size_t k, m, n, t;                                                                                     \
+        for (m = 0; m < M; m++)                                                                                \
+            for (n = 0; n < N; n++) {                                                                          \
+                double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
+                double mag = fabs(acc);                                                                        \
+                for (t = 0; t < T; t++)                                                                        \
+                    for (k = 0; k < Kc && a_rows[m * T + t] != NULL; k++) {                                    \
+                        const double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * sk + n * sn]; \
+                        acc += prod;                                                                           \
+                        mag += fabs(prod);                                                                     \
+                    }                                                                                          \
+                ref[m * N + n] = acc;                                                                          \
+                scale[m * N + n] = mag;                                                                        \
+            }                                                                                                  \
+    }
+DEFINE_REFERENCE(float, s)
+DEFINE_REFERENCE(double, d)
+
 /* Each distinct A row is its own exact-size allocation so valgrind/ASan catch
  * any read past a_rows[i][Kc-1]; about 1/5 of the taps point at one shared zero row.
  * skip: FD_GEMM_SKIP_NULL, about 1/5 of the taps are NULL instead and one B element is
@@ -55,7 +79,7 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
         REAL *bias = xmalloc(N * sizeof(REAL));                                                                \
         double *ref = xmalloc(M * N * sizeof(double) + 1);                                                     \
         double *scale = xmalloc(M * N * sizeof(double) + 1);                                                   \
-        size_t i, k, m, n, t;                                                                                  \
+        size_t i, k, m, n;                                                                                     \
         const ptrdiff_t sk = transposed_b ? 1 : (ptrdiff_t)N, sn = transposed_b ? (ptrdiff_t)K : 1;             \
         for (k = 0; k < K; k++)                                                                                \
             for (n = 0; n < N; n++) b[k * sk + n * sn] = (REAL)rng_uniform();                                  \
@@ -79,20 +103,7 @@ static const size_t C_GUARD = 8; /* sentinel elements after each C row */
             c_rows[m] = xmalloc((N + C_GUARD) * sizeof(REAL));                                                 \
             for (n = 0; n < N + C_GUARD; n++) c_rows[m][n] = (REAL)(n < N ? rng_uniform() : SENTINEL);         \
         }                                                                                                      \
-        /* mode 0: zero init, 1: bias, 2: accumulate (bias must be ignored) */                                 \
-        for (m = 0; m < M; m++)                                                                                \
-            for (n = 0; n < N; n++) {                                                                          \
-                double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
-                double mag = fabs(acc);                                                                        \
-                for (t = 0; t < T; t++)                                                                        \
-                    for (k = 0; k < Kc && a_rows[m * T + t] != NULL; k++) {                                    \
-                        double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * sk + n * sn];    \
-                        acc += prod;                                                                           \
-                        mag += fabs(prod);                                                                     \
-                    }                                                                                          \
-                ref[m * N + n] = acc;                                                                          \
-                scale[m * N + n] = mag;                                                                        \
-            }                                                                                                  \
+        reference_##P(M, N, T, Kc, a_rows, b, sk, sn, mode, bias, c_rows, ref, scale);                        \
         fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows,                    \
                               (mode == 2 ? FD_GEMM_ACCUMULATE : 0) | (skip ? FD_GEMM_SKIP_NULL : 0));          \
         for (m = 0; m < M; m++) {                                                                              \
@@ -193,7 +204,7 @@ DEFINE_DENSE_CHECK(double, d, 1e-14)
         const REAL **a_rows = xmalloc(M * T * sizeof(REAL *)), **copy_rows = xmalloc(M * T * sizeof(REAL *));  \
         REAL **c_rows = xmalloc(M * sizeof(REAL *));                                                           \
         double *ref = xmalloc(M * N * sizeof(double)), *scale = xmalloc(M * N * sizeof(double));               \
-        size_t i, k, m, n, t;                                                                                  \
+        size_t i, m, n, t;                                                                                     \
         int bad = 0;                                                                                           \
         for (i = 0; i < extent; i++) image[i] = (REAL)rng_uniform();                                           \
         for (i = 0; i < K * N; i++) b[i] = (REAL)rng_uniform();                                                \
@@ -212,19 +223,8 @@ DEFINE_DENSE_CHECK(double, d, 1e-14)
                 if (!border) memcpy(copies[m * T + t], a_rows[m * T + t], Kc * sizeof(REAL));                  \
                 copy_rows[m * T + t] = copies[m * T + t];                                                      \
             }                                                                                                  \
-            for (n = 0; n < N; n++) {                                                                          \
-                double acc = mode == 2 ? (double)c_rows[m][n] : mode == 1 ? (double)bias[n] : 0.0;             \
-                double mag = fabs(acc);                                                                        \
-                for (t = 0; t < T; t++)                                                                        \
-                    for (k = 0; k < Kc && a_rows[m * T + t] != NULL; k++) {                                    \
-                        const double prod = (double)a_rows[m * T + t][k] * (double)b[(t * Kc + k) * N + n];   \
-                        acc += prod;                                                                           \
-                        mag += fabs(prod);                                                                     \
-                    }                                                                                          \
-                ref[m * N + n] = acc;                                                                          \
-                scale[m * N + n] = mag;                                                                        \
-            }                                                                                                  \
         }                                                                                                      \
+        reference_##P(M, N, T, Kc, a_rows, b, (ptrdiff_t)N, 1, mode, bias, (REAL *const *)c_rows, ref, scale);  \
         const int flags = (mode == 2 ? FD_GEMM_ACCUMULATE : 0) | (skip ? FD_GEMM_SKIP_NULL : 0);               \
         fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, flags);            \
         fd_##P##gemm_indirect(M, N, T, Kc, copy_rows, packed, mode == 1 ? bias : NULL, c_copies, flags);       \
