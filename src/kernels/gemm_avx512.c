@@ -1,5 +1,5 @@
 /* AVX-512 indirect GEMM kernels (float: 12x32 and 8x16 tiles, double: 8x16 and 8x8; with FD_GEMM_DENSE
- * rows, 12 x two vectors and 24 x one vector).
+ * rows, 12 x two vectors and 24 x one vector; rows evenly spaced on a one-vector panel, 24 x one vector).
  * GCC/clang: compiled with baseline flags, only these functions carry the AVX-512 target
  * attribute, and fd_gemm_avx512_available() gates them at run time. MSVC: the whole file is compiled
  * with /arch:AVX512 (setup.py); fd_gemm_avx512_available() only calls fd_cpu_supports_all (baseline

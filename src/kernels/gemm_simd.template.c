@@ -9,6 +9,8 @@
  *   FD_WIDE_MR x FD_WIDE_NV     tile (rows x vectors) for full panels
  *   FD_NARROW_MR x FD_NARROW_NV tile for panels narrower than the wide tile
  *   FD_DENSE_WIDE_MR, FD_DENSE_NARROW_MR (optional) rows of the FD_GEMM_DENSE tiles of each width
+ *   FD_STRIDED_MR, FD_STRIDED_K_UNROLL (optional, with FD_NARROW_NV = 1) rows and k steps of the strided
+ *                        tile: evenly spaced rows on a narrow panel
  * Both tile widths (NV*LANES) must divide the panel widths they are used on. */
 #ifndef FD_REAL
 #error "FD_REAL must be defined"
@@ -237,79 +239,63 @@ static inline FD_TARGET int FD_SIMD_FN(has_null)(const FD_REAL *const *a_rows, s
 }
 
 #ifdef FD_STRIDED_MR
-/* A full tile of MR rows x NV vectors whose A rows are evenly spaced (row i's tap t at a_first[t] +
- * i*a_step) and whose C rows are too (c + i*c_step): the rows of one output row of a convolution, at
- * any stride. The indirect tiles keep a pointer per row in a general register, which caps the narrow
- * one at 8 rows: 8 accumulators just cover the FMA latency and each B line feeds only 8 FMAs. Here one
- * pointer walks the rows, so the tile holds MR*NV accumulators and the B vectors of KU k steps; A is
- * broadcast from memory inside the FMAs. Each C element still sums bias, then taps and k in ascending
- * order: the same bits as the indirect tiles. */
-static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(strided_tile)(const int MR, const int NV, const int KU, size_t taps,
-                                                               size_t Kc, const FD_REAL *const *a_first,
+#if FD_NARROW_NV != 1
+#error "the strided tile covers a narrow panel of one vector"
+#endif
+/* A full tile of FD_STRIDED_MR rows x one vector whose A rows are evenly spaced (row i's tap t at
+ * a_first[t] + i*a_step) and whose C rows are too (c + i*c_step): the rows of one output row of a
+ * convolution, at any stride. The indirect narrow tile keeps a pointer per row in a general register,
+ * which caps it at 8 rows: 8 accumulators just cover the FMA latency and each B line feeds only 8 FMAs.
+ * Here one pointer walks the rows, so the tile holds FD_STRIDED_MR accumulators and the B vectors of
+ * FD_STRIDED_K_UNROLL k steps; A is broadcast from memory inside the FMAs. Each C element still sums
+ * bias, then taps and k in ascending order: the same bits as the indirect tiles. */
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(strided_tile)(size_t taps, size_t Kc, const FD_REAL *const *a_first,
                                                                ptrdiff_t a_step, const FD_REAL *b, size_t b_stride,
                                                                const FD_REAL *bias, FD_REAL *c, ptrdiff_t c_step,
                                                                int accumulate) {
-    FD_VEC acc[FD_STRIDED_MR][FD_TILE_MAX_NV];
-    int i, u, v;
+    const FD_VEC init = bias != NULL && !accumulate ? FD_VLOADU(bias) : FD_VZERO();
+    FD_VEC acc[FD_STRIDED_MR];
+    int i, u;
     size_t t, k;
-FD_UNROLL_BY(4)
-    for (v = 0; v < NV; v++) {
-        const FD_VEC init = bias != NULL && !accumulate ? FD_VLOADU(bias + v * FD_LANES) : FD_VZERO();
 FD_UNROLL_BY(32)
-        for (i = 0; i < MR; i++) acc[i][v] = init;
+    for (i = 0; i < FD_STRIDED_MR; i++) {
+        FD_PREFETCH_WRITE(c + i * c_step);
+        acc[i] = init;
     }
-FD_UNROLL_BY(32)
-    for (i = 0; i < MR; i++)
-FD_UNROLL_BY(4)
-        for (v = 0; v < NV; v++) FD_PREFETCH_WRITE(c + i * c_step + v * FD_LANES);
     for (t = 0; t < taps; t++) {
         const FD_REAL *a0 = a_first[t];
         const FD_REAL *bk = b + t * Kc * b_stride;
-        for (k = 0; k + (size_t)KU <= Kc; k += (size_t)KU) {
-            FD_VEC bv[8][FD_TILE_MAX_NV];
+        for (k = 0; k + FD_STRIDED_K_UNROLL <= Kc; k += FD_STRIDED_K_UNROLL) {
+            FD_VEC bv[FD_STRIDED_K_UNROLL];
             const FD_REAL *p = a0 + k;
             /* each row's line two lines ahead, once per line, as the indirect tiles ask */
             if (k % FD_A_LINE == 0 && k + 2 * FD_A_LINE < Kc) {
 FD_UNROLL_BY(32)
-                for (i = 0; i < MR; i++) FD_PREFETCH_READ(p + i * a_step + 2 * FD_A_LINE);
+                for (i = 0; i < FD_STRIDED_MR; i++) FD_PREFETCH_READ(p + i * a_step + 2 * FD_A_LINE);
             }
 FD_UNROLL_BY(8)
-            for (u = 0; u < KU; u++)
-FD_UNROLL_BY(4)
-                for (v = 0; v < NV; v++) bv[u][v] = FD_VLOADU(bk + u * b_stride + v * FD_LANES);
-            bk += (size_t)KU * b_stride;
+            for (u = 0; u < FD_STRIDED_K_UNROLL; u++) bv[u] = FD_VLOADU(bk + u * b_stride);
+            bk += FD_STRIDED_K_UNROLL * b_stride;
 FD_UNROLL_BY(32)
-            for (i = 0; i < MR; i++, p += a_step) {
+            for (i = 0; i < FD_STRIDED_MR; i++, p += a_step) {
                 FD_KEEP_IN_REGISTER(p);
 FD_UNROLL_BY(8)
-                for (u = 0; u < KU; u++) {
-                    const FD_VEC ai = FD_VBCAST(p + u);
-FD_UNROLL_BY(4)
-                    for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[u][v], acc[i][v]);
-                }
+                for (u = 0; u < FD_STRIDED_K_UNROLL; u++) acc[i] = FD_VFMA(FD_VBCAST(p + u), bv[u], acc[i]);
             }
         }
         for (; k < Kc; k++) {
-            FD_VEC bv[FD_TILE_MAX_NV];
+            const FD_VEC bv = FD_VLOADU(bk);
             const FD_REAL *p = a0 + k;
-FD_UNROLL_BY(4)
-            for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
             bk += b_stride;
 FD_UNROLL_BY(32)
-            for (i = 0; i < MR; i++, p += a_step) {
-                const FD_VEC ai = FD_VBCAST(p);
-FD_UNROLL_BY(4)
-                for (v = 0; v < NV; v++) acc[i][v] = FD_VFMA(ai, bv[v], acc[i][v]);
-            }
+            for (i = 0; i < FD_STRIDED_MR; i++, p += a_step) acc[i] = FD_VFMA(FD_VBCAST(p), bv, acc[i]);
         }
     }
 FD_UNROLL_BY(32)
-    for (i = 0; i < MR; i++)
-FD_UNROLL_BY(4)
-        for (v = 0; v < NV; v++) {
-            if (accumulate) acc[i][v] = FD_VADD(acc[i][v], FD_VLOADU(c + i * c_step + v * FD_LANES));
-            FD_VSTOREU(c + i * c_step + v * FD_LANES, acc[i][v]);
-        }
+    for (i = 0; i < FD_STRIDED_MR; i++) {
+        if (accumulate) acc[i] = FD_VADD(acc[i], FD_VLOADU(c + i * c_step));
+        FD_VSTOREU(c + i * c_step, acc[i]);
+    }
 }
 
 /* Whether `rows` rows (T pointers each, the first `taps` of them this call's, none NULL) are
@@ -340,7 +326,8 @@ static inline int FD_SIMD_FN(evenly_spaced)(size_t rows, const FD_REAL *const *a
 static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t rows, size_t T, size_t taps, size_t Kc,
                                            const FD_REAL *const *a_rows, FD_REAL *const *c_rows, int skip,
                                            ptrdiff_t *a_step, ptrdiff_t *c_step) {
-    return taps * Kc >= FD_STRIDED_MIN_K && M - m0 >= rows && !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
+    return taps * Kc >= FD_STRIDED_MIN_K && M - m0 >= rows &&
+           !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
            FD_SIMD_FN(evenly_spaced)(rows, a_rows + m0 * T, T, taps, c_rows + m0, a_step, c_step);
 }
 #endif
@@ -508,8 +495,7 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
             if (valid == width &&
                 FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_MR, T, taps, Kc, a_rows, c_rows, skip, &a_step, &c_step)) {
                 for (j = 0; j < valid; j += narrow)
-                    FD_SIMD_FN(strided_tile)(FD_STRIDED_MR, FD_NARROW_NV, FD_STRIDED_K_UNROLL, taps, Kc,
-                                             a_rows + m0 * T, a_step, b + j, width,
+                    FD_SIMD_FN(strided_tile)(taps, Kc, a_rows + m0 * T, a_step, b + j, width,
                                              bias != NULL ? bias + n0 + j : NULL, c_rows[m0] + n0 + j, c_step,
                                              accumulate);
                 m0 += FD_STRIDED_MR - FD_NARROW_MR;
