@@ -298,37 +298,37 @@ FD_UNROLL_BY(32)
     }
 }
 
-/* Whether `rows` rows (T pointers each, the first `taps` of them this call's, none NULL) are
+/* Whether FD_STRIDED_MR rows (T pointers each, the first `taps` of them this call's, none NULL) are
  * evenly spaced in every tap and in C; if so, sets the steps in elements. Compared as addresses: the
  * rows may lie in different allocations, where subtracting pointers is undefined. */
-static inline int FD_SIMD_FN(evenly_spaced)(size_t rows, const FD_REAL *const *a_rows, size_t T, size_t taps,
+static inline int FD_SIMD_FN(evenly_spaced)(const FD_REAL *const *a_rows, size_t T, size_t taps,
                                             FD_REAL *const *c_rows, ptrdiff_t *a_step, ptrdiff_t *c_step) {
     const uintptr_t a_bytes = (uintptr_t)a_rows[T] - (uintptr_t)a_rows[0];
     const uintptr_t c_bytes = (uintptr_t)c_rows[1] - (uintptr_t)c_rows[0];
     size_t i, t;
     if (a_bytes % sizeof(FD_REAL) != 0 || c_bytes % sizeof(FD_REAL) != 0) return 0;
     for (t = 0; t < taps; t++)
-        for (i = 1; i < rows; i++)
+        for (i = 1; i < FD_STRIDED_MR; i++)
             if ((uintptr_t)a_rows[i * T + t] != (uintptr_t)a_rows[t] + i * a_bytes) return 0;
-    for (i = 2; i < rows; i++)
+    for (i = 2; i < FD_STRIDED_MR; i++)
         if ((uintptr_t)c_rows[i] != (uintptr_t)c_rows[0] + i * c_bytes) return 0;
     *a_step = (ptrdiff_t)(intptr_t)a_bytes / (ptrdiff_t)sizeof(FD_REAL);
     *c_step = (ptrdiff_t)(intptr_t)c_bytes / (ptrdiff_t)sizeof(FD_REAL);
     return 1;
 }
 
-/* Whether rows [m0, m0 + rows) of a full panel take a strided tile: at least FD_STRIDED_MIN_K products
+/* Whether rows [m0, m0 + FD_STRIDED_MR) of a full panel take a strided tile: at least FD_STRIDED_MIN_K products
  * per element, all the rows there, no tap missing, evenly spaced (then sets the steps). The rows of one
  * output row are; a row's end or a border with a missing tap takes the indirect tiles. With a short K
  * (a 1x1 layer or a col2im of few input channels) A streams from memory once, and there the indirect
  * tiles measured faster. */
 #define FD_STRIDED_MIN_K 256
-static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t rows, size_t T, size_t taps, size_t Kc,
+static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t T, size_t taps, size_t Kc,
                                            const FD_REAL *const *a_rows, FD_REAL *const *c_rows, int skip,
                                            ptrdiff_t *a_step, ptrdiff_t *c_step) {
-    return taps * Kc >= FD_STRIDED_MIN_K && M - m0 >= rows &&
-           !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, rows, T, taps)) &&
-           FD_SIMD_FN(evenly_spaced)(rows, a_rows + m0 * T, T, taps, c_rows + m0, a_step, c_step);
+    return taps * Kc >= FD_STRIDED_MIN_K && M - m0 >= FD_STRIDED_MR &&
+           !(skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, FD_STRIDED_MR, T, taps)) &&
+           FD_SIMD_FN(evenly_spaced)(a_rows + m0 * T, T, taps, c_rows + m0, a_step, c_step);
 }
 #endif
 
@@ -493,7 +493,7 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
 #ifdef FD_STRIDED_MR
             ptrdiff_t a_step, c_step;
             if (valid == width &&
-                FD_SIMD_FN(strided_rows)(M, m0, FD_STRIDED_MR, T, taps, Kc, a_rows, c_rows, skip, &a_step, &c_step)) {
+                FD_SIMD_FN(strided_rows)(M, m0, T, taps, Kc, a_rows, c_rows, skip, &a_step, &c_step)) {
                 for (j = 0; j < valid; j += narrow)
                     FD_SIMD_FN(strided_tile)(taps, Kc, a_rows + m0 * T, a_step, b + j, width,
                                              bias != NULL ? bias + n0 + j : NULL, c_rows[m0] + n0 + j, c_step,

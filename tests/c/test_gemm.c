@@ -224,7 +224,7 @@ DEFINE_DENSE_CHECK(double, d, 1e-14)
                 copy_rows[m * T + t] = copies[m * T + t];                                                      \
             }                                                                                                  \
         }                                                                                                      \
-        reference_##P(M, N, T, Kc, a_rows, b, (ptrdiff_t)N, 1, mode, bias, (REAL *const *)c_rows, ref, scale);  \
+        reference_##P(M, N, T, Kc, a_rows, b, (ptrdiff_t)N, 1, mode, bias, c_rows, ref, scale);                   \
         const int flags = (mode == 2 ? FD_GEMM_ACCUMULATE : 0) | (skip ? FD_GEMM_SKIP_NULL : 0);               \
         fd_##P##gemm_indirect(M, N, T, Kc, a_rows, packed, mode == 1 ? bias : NULL, c_rows, flags);            \
         fd_##P##gemm_indirect(M, N, T, Kc, copy_rows, packed, mode == 1 ? bias : NULL, c_copies, flags);       \
