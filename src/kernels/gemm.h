@@ -50,8 +50,9 @@
  * add to C (so such a C sums in another order than one block would; the same at every
  * thread count, since only the shape and the CPU's L2 decide). N tails use masked loads/stores; M tails repeat the
  * last row pointer (computed, never stored). Tiles chosen by measurement:
- *   avx512 f32: 12 x 32 (24 zmm acc) on full panels, 8 x 16 on a 16-wide last panel
- *   avx512 f64:  8 x 16 (16 zmm acc),                8 x 8
+ *   avx512 f32:  6 x 64 (24 zmm acc) over two adjacent full panels (PAIR TILES), 12 x 32 on a full
+ *                panel left alone, 8 x 16 on a 16-wide last panel
+ *   avx512 f64:  6 x 32 (24 zmm acc) over two full panels, 8 x 16 (16 zmm acc) on one, 8 x 8
  *   avx2   f32:  6 x 16 (12 ymm acc), a 32-wide panel = two tiles side by side
  *   avx2   f64:  6 x 8
  *   neon   f32:  5 x 16 (20 q-register acc), two tiles per 32-wide panel (AArch64, gemm_neon.c)
@@ -63,6 +64,14 @@
  * below the FMA rate, and two accumulator columns give enough independent chains;
  * the 16-wide granule keeps N = 16 (1x1/2x2 deconvs with 4-16 channels) padding-free.
  * Larger MR (14-28) measured slower (GPR pressure: one pointer per row).
+ * PAIR TILES (AVX-512): where a panel and the next are both full (64 floats or 32 doubles of C left), one
+ * row tile covers both: 6 rows x 4 vectors, B's vectors from the two panels' rows (K*32 elements apart).
+ * Against the wide tile's 12 x 2 it holds 6 row pointers instead of 12 (the wide tile spilled some and
+ * reloaded them every k step) and loads 4 + 6 vectors per 24 FMAs instead of 2 + 12, but twice the B
+ * bytes per FMA: the first 12 rows still take the wide tiles, which read B's first pass from L3 or memory
+ * no faster than those deliver it. It measured 3-25 % faster on the GEMMs of real layers
+ * (asv_benches/NOTES.md), 1x1 phases and large K included; the tap blocks are cut as for one panel, and
+ * each C element sums in the same order as in the wide tile: the same bits.
  * STRIDED TILES (AVX-512): on a 16-wide panel, row tiles whose A rows are evenly spaced in every tap and
  * whose C rows are too (the pixels of one output row of a convolution, at any stride) are addressed
  * from one pointer walked by the spacing, so they hold 24 rows instead of 8 (8 x 16 reached about 70 %

@@ -1,5 +1,6 @@
-/* AVX-512 indirect GEMM kernels (float: 12x32 and 8x16 tiles, double: 8x16 and 8x8; with FD_GEMM_DENSE
- * rows, 12 x two vectors and 24 x one vector; rows evenly spaced on a one-vector panel, 24 x one vector).
+/* AVX-512 indirect GEMM kernels (float: 6x64 over two panels, 12x32 and 8x16 tiles, double: 6x32, 8x16 and
+ * 8x8; with FD_GEMM_DENSE rows, 12 x two vectors and 24 x one vector; rows evenly spaced on a one-vector
+ * panel, 24 x one vector).
  * GCC/clang: compiled with baseline flags, only these functions carry the AVX-512 target
  * attribute, and fd_gemm_avx512_available() gates them at run time. MSVC: the whole file is compiled
  * with /arch:AVX512 (setup.py); fd_gemm_avx512_available() only calls fd_cpu_supports_all (baseline
@@ -67,6 +68,7 @@ static inline FD_TARGET void fd_avx512_sums8x8_pd(const __m512d *v, double *out)
 #define FD_DENSE_NARROW_MR 24
 #define FD_STRIDED_MR 24
 #define FD_STRIDED_K_UNROLL 4
+#define FD_PAIR_MR 6
 #include "gemm_simd.template.c"
 
 /* ---- double: 8 lanes */
@@ -94,6 +96,7 @@ static inline FD_TARGET void fd_avx512_sums8x8_pd(const __m512d *v, double *out)
 #define FD_DENSE_NARROW_MR 24
 #define FD_STRIDED_MR 24
 #define FD_STRIDED_K_UNROLL 4
+#define FD_PAIR_MR 6
 #include "gemm_simd.template.c"
 
 #else /* no x86 SIMD in this build */

@@ -11,18 +11,29 @@
  *   FD_DENSE_WIDE_MR, FD_DENSE_NARROW_MR (optional) rows of the FD_GEMM_DENSE tiles of each width
  *   FD_STRIDED_MR, FD_STRIDED_K_UNROLL (optional, with FD_NARROW_NV = 1) rows and k steps of the strided
  *                        tile: evenly spaced rows on a narrow panel
+ *   FD_PAIR_MR (optional) rows of the pair tile: two adjacent full panels at once, 2*FD_WIDE_NV vectors
  * Both tile widths (NV*LANES) must divide the panel widths they are used on. */
 #ifndef FD_REAL
 #error "FD_REAL must be defined"
 #endif
 
 #define FD_TILE_MAX_MR (FD_WIDE_MR > FD_NARROW_MR ? FD_WIDE_MR : FD_NARROW_MR)
+#ifdef FD_PAIR_MR
+#if FD_PAIR_MR > FD_TILE_MAX_MR || FD_NARROW_NV > FD_WIDE_NV
+#error "the pair tile must fit the tile arrays sized for the wide and narrow tiles"
+#endif
+#define FD_TILE_MAX_NV (2 * FD_WIDE_NV)
+#else
 #define FD_TILE_MAX_NV (FD_WIDE_NV > FD_NARROW_NV ? FD_WIDE_NV : FD_NARROW_NV)
+#endif
 
 /* One MR x (NV*LANES) tile of C: rows [0, mr) of a_rows (T pointers per row, of which the first `taps`
  * are this call's) and c_rows, C columns [n, n + nc). b points at the tile's first column inside its
- * packed panel, at the first tap's row; row k of the panel is b + k*b_stride. MR and NV are compile-time
- * constants after inlining, so acc[][] lives in registers. */
+ * packed panel, at the first tap's row; row k of the panel is b + k*b_stride. A pair tile (NV =
+ * 2*FD_WIDE_NV) spans two full panels: its vectors from FD_WIDE_NV on lie b_pair elements further, in
+ * the next panel. MR and NV are compile-time constants after inlining, so acc[][] lives in registers. */
+/* vector v of a tile's B row: in the tile's panel, or for a pair tile's second half in the next one */
+#define FD_B_VECTOR(v) ((v) < FD_WIDE_NV ? (size_t)(v) * FD_LANES : b_pair + (size_t)((v) - FD_WIDE_NV) * FD_LANES)
 /* elements of A in a 64-byte cache line */
 #define FD_A_LINE (64 / (int)sizeof(FD_REAL))
 /* k steps unrolled inside a line of A (the tile's inner loop) */
@@ -42,8 +53,8 @@
  * see the product. The plain instantiation (SKIP = 0) is unchanged. */
 static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(tile)(
     const int MR, const int NV, const int SKIP, const int STREAM, size_t mr, size_t nc, size_t T, size_t taps, size_t Kc,
-    const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, const FD_REAL *bias, FD_REAL *const *c_rows,
-    size_t n, int accumulate) {
+    const FD_REAL *const *a_rows, const FD_REAL *b, size_t b_stride, size_t b_pair, const FD_REAL *bias,
+    FD_REAL *const *c_rows, size_t n, int accumulate) {
     FD_VEC acc[FD_TILE_MAX_MR][FD_TILE_MAX_NV];
     FD_VEC saved[FD_TILE_MAX_MR][FD_TILE_MAX_NV]; /* SKIP only */
     FD_REAL *c[FD_TILE_MAX_MR];
@@ -118,10 +129,10 @@ FD_UNROLL_BY(FD_K_UNROLL)
 FD_UNROLL_BY(4)
                     for (v = 0; v < NV; v++)
                         FD_PREFETCH_READ(bk + FD_STREAM_AHEAD_BYTES / (NV * FD_LANES * sizeof(FD_REAL)) * b_stride +
-                                         v * FD_LANES);
+                                         FD_B_VECTOR(v));
                 }
 FD_UNROLL_BY(4)
-                for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + v * FD_LANES);
+                for (v = 0; v < NV; v++) bv[v] = FD_VLOADU(bk + FD_B_VECTOR(v));
                 bk += b_stride;
 FD_UNROLL_BY(32)
                 for (i = 0; i < MR; i++) {
@@ -332,18 +343,21 @@ static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t T, size_t
 }
 #endif
 
-/* The tile kernels: wide/narrow, plain/skipping NULL taps/short and streaming B (FD_SHORT_MR). The plain
- * ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
+/* The tile kernels: wide/narrow/pair, plain/skipping NULL taps/short and streaming B (FD_SHORT_MR). The
+ * plain ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
 #define FD_DEFINE_TILE(name, MR, NV, SKIP, STREAM, attributes)                                                   \
     static attributes FD_TARGET void FD_SIMD_FN(name)(size_t mr, size_t nc, size_t T, size_t taps, size_t Kc,   \
                                                       const FD_REAL *const *a_rows, const FD_REAL *b,             \
-                                                      size_t b_stride, const FD_REAL *bias,                       \
+                                                      size_t b_stride, size_t b_pair, const FD_REAL *bias,        \
                                                       FD_REAL *const *c_rows, size_t n, int accumulate) {         \
-        FD_SIMD_FN(tile)(MR, NV, SKIP, STREAM, mr, nc, T, taps, Kc, a_rows, b, b_stride, bias, c_rows, n,       \
-                         accumulate);                                                                            \
+        FD_SIMD_FN(tile)(MR, NV, SKIP, STREAM, mr, nc, T, taps, Kc, a_rows, b, b_stride, b_pair, bias, c_rows,  \
+                         n, accumulate);                                                                         \
     }
 FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, 0, )
 FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, 0, )
+#ifdef FD_PAIR_MR
+FD_DEFINE_TILE(tile_pair, FD_PAIR_MR, 2 * FD_WIDE_NV, 0, 0, )
+#endif
 /* GCC 12 loses track of acc[][] through the save/restore (a false "may be used uninitialized":
  * every acc[i][v] with i < MR, v < NV is set from the bias first; the code is register-only). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -355,6 +369,9 @@ FD_DEFINE_TILE(tile_narrow_skip, FD_NARROW_MR, FD_NARROW_NV, 1, 0, FD_NOINLINE)
 /* short tiles skip NULL taps too (a tap found in no row costs a check of FD_SHORT_MR pointers) */
 FD_DEFINE_TILE(tile_wide_short, FD_SHORT_MR, FD_WIDE_NV, 1, 1, FD_NOINLINE)
 FD_DEFINE_TILE(tile_narrow_short, FD_SHORT_MR, FD_NARROW_NV, 1, 1, FD_NOINLINE)
+#ifdef FD_PAIR_MR
+FD_DEFINE_TILE(tile_pair_skip, FD_PAIR_MR, 2 * FD_WIDE_NV, 1, 0, FD_NOINLINE)
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -477,13 +494,13 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
             const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
             for (j = 0; j < valid; j += wide) {
                 if (M <= FD_SHORT_MR)
-                    FD_SIMD_FN(tile_wide_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_wide_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                                 c_rows + m0, n0 + j, accumulate);
                 else if (sparse)
-                    FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_wide_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                                c_rows + m0, n0 + j, accumulate);
                 else
-                    FD_SIMD_FN(tile_wide)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_wide)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                           c_rows + m0, n0 + j, accumulate);
             }
         }
@@ -505,18 +522,41 @@ static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(panel_tiles)(size_t M, size_t f
             const int sparse = skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps);
             for (j = 0; j < valid; j += narrow) {
                 if (M <= FD_SHORT_MR)
-                    FD_SIMD_FN(tile_narrow_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_narrow_short)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                                   c_rows + m0, n0 + j, accumulate);
                 else if (sparse)
-                    FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_narrow_skip)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                                  c_rows + m0, n0 + j, accumulate);
                 else
-                    FD_SIMD_FN(tile_narrow)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, bias,
+                    FD_SIMD_FN(tile_narrow)(mr, valid - j, T, taps, Kc, a_rows + m0 * T, b + j, width, 0, bias,
                                             c_rows + m0, n0 + j, accumulate);
             }
         }
     }
 }
+
+#ifdef FD_PAIR_MR
+/* The row tiles of two adjacent full panels at once (the second b_pair elements after the first):
+ * FD_PAIR_MR rows of 2*FD_WIDE_NV vectors. With half the rows of the wide tile it holds
+ * half the A row pointers, none spilled, and loads fewer vectors per FMA (two B rows and FD_PAIR_MR
+ * broadcasts per 2*FD_WIDE_NV*FD_PAIR_MR FMAs). Each C element sums as in the wide tile: the same bits. */
+static FD_FORCE_INLINE FD_TARGET void FD_SIMD_FN(pair_tiles)(size_t M, size_t T, size_t taps, size_t Kc,
+                                                             const FD_REAL *const *a_rows, const FD_REAL *b,
+                                                             size_t b_pair, const FD_REAL *bias,
+                                                             FD_REAL *const *c_rows, size_t n0, int accumulate,
+                                                             int skip) {
+    size_t m0;
+    for (m0 = 0; m0 < M; m0 += FD_PAIR_MR) {
+        const size_t mr = M - m0 < FD_PAIR_MR ? M - m0 : FD_PAIR_MR;
+        if (skip && FD_SIMD_FN(has_null)(a_rows + m0 * T, mr, T, taps))
+            FD_SIMD_FN(tile_pair_skip)(mr, 2 * FD_PANEL, T, taps, Kc, a_rows + m0 * T, b, FD_PANEL, b_pair, bias,
+                                       c_rows + m0, n0, accumulate);
+        else
+            FD_SIMD_FN(tile_pair)(mr, 2 * FD_PANEL, T, taps, Kc, a_rows + m0 * T, b, FD_PANEL, b_pair, bias,
+                                  c_rows + m0, n0, accumulate);
+    }
+}
+#endif
 
 /* All tiles of C rows [0, M) (pointer arrays already offset), panel by panel: a B panel is reused from
  * L1/L2 by every row tile before moving on; a panel too long for L2 by blocks of its taps
@@ -548,6 +588,30 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
         (void)dense;
 #endif
         const size_t block = fd_gemm_tap_block(T, Kc, width * sizeof(FD_REAL), panel_budget);
+#ifdef FD_PAIR_MR
+        /* this panel and the next, both full, as one (cut into the same tap blocks as one panel, so
+           that every split of the columns between threads sums alike). The first FD_WIDE_MR rows take
+           the wide tiles, a panel at a time: B's first pass comes from L3 or memory, which deliver
+           the wide tile's bytes per FMA but not the pair tile's twice as many (Winograd GEMMs of 24-60
+           tiles, each point's B read once, ran 2-11 % slower with pair tiles from the first row);
+           the other rows take pair tiles over B from L2. */
+        if (first == 0 && M > FD_SHORT_MR && N - n0 >= 2 * FD_PANEL) {
+            const size_t lead = M < FD_WIDE_MR ? M : FD_WIDE_MR;
+            for (t0 = 0; t0 < T; t0 += block) {
+                const size_t taps = T - t0 < block ? T - t0 : block, second = K * FD_PANEL;
+                const FD_REAL *b = panel + t0 * Kc * FD_PANEL, *block_bias = t0 == 0 ? bias : NULL;
+                const int add = accumulate || t0 > 0;
+                FD_SIMD_FN(panel_tiles)(lead, 0, FD_PANEL, FD_PANEL, T, taps, Kc, a_rows + t0, b, block_bias, c_rows,
+                                        n0, add, skip);
+                FD_SIMD_FN(panel_tiles)(lead, 0, FD_PANEL, FD_PANEL, T, taps, Kc, a_rows + t0, b + second, block_bias,
+                                        c_rows, n0 + FD_PANEL, add, skip);
+                FD_SIMD_FN(pair_tiles)(M - lead, T, taps, Kc, a_rows + lead * T + t0, b, second, block_bias,
+                                       c_rows + lead, n0, add, skip);
+            }
+            n0 += FD_PANEL;
+            continue;
+        }
+#endif
         for (t0 = 0; t0 < T; t0 += block)
             FD_SIMD_FN(panel_tiles)(M, first, width, valid, T, T - t0 < block ? T - t0 : block, Kc, a_rows + t0,
                                     panel + t0 * Kc * width, t0 == 0 ? bias : NULL, c_rows, n0, accumulate || t0 > 0,
@@ -596,6 +660,8 @@ FD_TARGET void FD_SIMD_FN(gemm_indirect)(size_t M, size_t N, size_t T, size_t Kc
 #undef FD_STRIDED_MR
 #undef FD_STRIDED_K_UNROLL
 #undef FD_STRIDED_MIN_K
+#undef FD_PAIR_MR
+#undef FD_B_VECTOR
 #undef FD_DENSE_MAX_MR
 #undef FD_NARROW_MR
 #undef FD_NARROW_NV
