@@ -344,7 +344,14 @@ static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t T, size_t
 #endif
 
 /* The tile kernels: wide/narrow/pair, plain/skipping NULL taps/short and streaming B (FD_SHORT_MR). The
- * plain ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line. */
+ * plain ones are inlined into rows_by_panel; the skipping ones (border tiles only) are kept out of line.
+ * With pair tiles rows_by_panel holds two copies of panel_tiles, after which GCC calls the plain tiles
+ * instead of inlining them: there it is forced. */
+#ifdef FD_PAIR_MR
+#define FD_PLAIN_TILE_INLINE FD_FORCE_INLINE
+#else
+#define FD_PLAIN_TILE_INLINE
+#endif
 #define FD_DEFINE_TILE(name, MR, NV, SKIP, STREAM, attributes)                                                   \
     static attributes FD_TARGET void FD_SIMD_FN(name)(size_t mr, size_t nc, size_t T, size_t taps, size_t Kc,   \
                                                       const FD_REAL *const *a_rows, const FD_REAL *b,             \
@@ -353,10 +360,10 @@ static inline int FD_SIMD_FN(strided_rows)(size_t M, size_t m0, size_t T, size_t
         FD_SIMD_FN(tile)(MR, NV, SKIP, STREAM, mr, nc, T, taps, Kc, a_rows, b, b_stride, b_pair, bias, c_rows,  \
                          n, accumulate);                                                                         \
     }
-FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, 0, )
-FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, 0, )
+FD_DEFINE_TILE(tile_wide, FD_WIDE_MR, FD_WIDE_NV, 0, 0, FD_PLAIN_TILE_INLINE)
+FD_DEFINE_TILE(tile_narrow, FD_NARROW_MR, FD_NARROW_NV, 0, 0, FD_PLAIN_TILE_INLINE)
 #ifdef FD_PAIR_MR
-FD_DEFINE_TILE(tile_pair, FD_PAIR_MR, 2 * FD_WIDE_NV, 0, 0, )
+FD_DEFINE_TILE(tile_pair, FD_PAIR_MR, 2 * FD_WIDE_NV, 0, 0, FD_PLAIN_TILE_INLINE)
 #endif
 /* GCC 12 loses track of acc[][] through the save/restore (a false "may be used uninitialized":
  * every acc[i][v] with i < MR, v < NV is set from the bias first; the code is register-only). */
@@ -376,6 +383,7 @@ FD_DEFINE_TILE(tile_pair_skip, FD_PAIR_MR, 2 * FD_WIDE_NV, 1, 0, FD_NOINLINE)
 #pragma GCC diagnostic pop
 #endif
 #undef FD_DEFINE_TILE
+#undef FD_PLAIN_TILE_INLINE
 
 /* A narrow last panel (gemm.h): columns [n0, n0 + NC) of C rows [0, mr) as dot products along k with the
  * panel transposed (bt[n*K + k]). A tile of MR rows x NC columns (constants after inlining) holds MR*NC
@@ -601,10 +609,10 @@ static FD_TARGET void FD_SIMD_FN(rows_by_panel)(size_t M, size_t N, size_t T, si
                 const size_t taps = T - t0 < block ? T - t0 : block, second = K * FD_PANEL;
                 const FD_REAL *b = panel + t0 * Kc * FD_PANEL, *block_bias = t0 == 0 ? bias : NULL;
                 const int add = accumulate || t0 > 0;
-                FD_SIMD_FN(panel_tiles)(lead, 0, FD_PANEL, FD_PANEL, T, taps, Kc, a_rows + t0, b, block_bias, c_rows,
-                                        n0, add, skip);
-                FD_SIMD_FN(panel_tiles)(lead, 0, FD_PANEL, FD_PANEL, T, taps, Kc, a_rows + t0, b + second, block_bias,
-                                        c_rows, n0 + FD_PANEL, add, skip);
+                size_t j;
+                for (j = 0; j < 2; j++)
+                    FD_SIMD_FN(panel_tiles)(lead, 0, FD_PANEL, FD_PANEL, T, taps, Kc, a_rows + t0, b + j * second,
+                                            block_bias, c_rows, n0 + j * FD_PANEL, add, skip);
                 FD_SIMD_FN(pair_tiles)(M - lead, T, taps, Kc, a_rows + lead * T + t0, b, second, block_bias,
                                        c_rows + lead, n0, add, skip);
             }
