@@ -27,7 +27,8 @@
  * smaller: their tiles only pay on phases of at least CONV_WINOGRAD_MIN_PHASE_PIXELS outputs.
  *
  * Small outputs. A call whose images have fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels each
- * (or rows wider than CONV_WINOGRAD_MAX_BAND_ELEMENTS allows) runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
+ * (or rows wider than CONV_WINOGRAD_MAX_BAND_ELEMENTS allows, or few outputs for large strided weights:
+ * CONV_WINOGRAD_LARGE_WEIGHT) runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
  * mostly padding or cut short (a 7x7 image is 3 tiles of 2 and one of 1 per side), and im2col leaves out
  * the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel reads a quarter of it). Tasks,
  * workspace and run decide it alike, from the call's geometry.
@@ -56,6 +57,14 @@
 /* ... and so does one whose band of 2 output rows would hold more elements than this (a very wide image
  * of many channels): the workspace stays bounded whatever the image's width. */
 #define CONV_WINOGRAD_MAX_BAND_ELEMENTS (1 << 20)
+/* ... and so does a strided one of at least CONV_WINOGRAD_LARGE_WEIGHT elements of weights with fewer than
+ * CONV_WINOGRAD_MIN_LARGE_CALL_PIXELS outputs in the whole call. Its 2-tap phases save 1.78x the multiplies
+ * (F(2,2)) but read 2.25x the weights' bytes, and every chunk of at most 48 tiles reads all of them: from
+ * memory or L3, that costs more than the multiplies save (k4 s2 layers of 384-512 channels on 64-256
+ * outputs ran 2-11 % slower than im2col, on 1024 outputs from 4 % slower to 32 % faster;
+ * asv_benches/NOTES.md). */
+#define CONV_WINOGRAD_LARGE_WEIGHT ((ptrdiff_t)2 << 20)
+#define CONV_WINOGRAD_MIN_LARGE_CALL_PIXELS 512
 
 /* Dilation phases (module comment): dH*dW of them, asked for only where conv_winograd_direct is false (every
  * phase then has outputs, so their count is at most the output's pixels, whatever the dilations); the
@@ -76,8 +85,12 @@ static int conv_winograd_direct(const fd_geometry *geo) {
         (2 + Ty - 1) * (conv_winograd_phase_width(geo) + Tx - 1) * geo->in_channels * geo->stride_h * geo->stride_w;
     const ptrdiff_t smallest_phase = (geo->out_h / geo->dilation_h) * (geo->out_w / geo->dilation_w);
     const int dilated = geo->dilation_h > 1 || geo->dilation_w > 1;
+    const int strided = geo->stride_h > 1 || geo->stride_w > 1;
+    const ptrdiff_t weight = geo->out_channels * geo->kernel_h * geo->kernel_w * (geo->in_channels / geo->groups);
     return smallest_phase < (dilated ? CONV_WINOGRAD_MIN_PHASE_PIXELS : CONV_WINOGRAD_MIN_OUTPUT_PIXELS) ||
-           two_rows > CONV_WINOGRAD_MAX_BAND_ELEMENTS;
+           two_rows > CONV_WINOGRAD_MAX_BAND_ELEMENTS ||
+           (strided && weight >= CONV_WINOGRAD_LARGE_WEIGHT &&
+            geo->batch * geo->out_h * geo->out_w < CONV_WINOGRAD_MIN_LARGE_CALL_PIXELS);
 }
 
 /* Blob parts: conv_im2col's blob (small outputs), then deconv_winograd's for the stride-1 correlation. */

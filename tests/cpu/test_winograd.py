@@ -628,6 +628,18 @@ def test_dilated_phases_below_144_outputs_run_the_im2col_kernel(hw, direct):
     assert_close(got, _conv_reference(x, w, b, **kw), np.float32, w[0].size)
 
 
+@pytest.mark.parametrize("hw,c_out,direct", [(16, 128, True), (16, 120, False), (46, 128, False)])
+def test_large_strided_weights_on_few_outputs_run_the_im2col_kernel(hw, c_out, direct):
+    """k4 s2 with 1024 input channels: 128 outputs make 2 Mi weight elements, which on 8x8 = 64 outputs run
+    conv_im2col's kernel (the same bits); 120 outputs (fewer weights) and 23x23 = 529 outputs (from 512
+    on) run the Winograd tiles."""
+    x, w, b, kw = _dilated((1, hw, hw, 1024), c_out, 4, 1, 1, 1, np.float32)
+    kw["stride"] = 2
+    got = fastdeconv.conv2d(x, w, b, **kw, algorithm="winograd")
+    assert np.array_equal(got, fastdeconv.conv2d(x, w, b, **kw, algorithm="im2col")) == direct
+    assert_close(got, _conv_reference(x, w, b, **kw), np.float32, w[0].size)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 5, 16])
 @pytest.mark.parametrize("x_shape,w_shape,dilation", [
     ((2, 29, 27, 8), (12, 3, 3, 8), (2, 2)),
