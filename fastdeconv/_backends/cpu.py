@@ -103,7 +103,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     convolutions, below) and not many more in than out (sH·sW·C_in <= 8·C_out: with 16-48 outputs from
     400-3000 channels its transformed tiles, not the GEMMs, set the pace) uses "winograd": its stride
     phases as channels (a stride-1 correlation of 2 or 3 taps per side), computed in Winograd tiles
-    (images of fewer than 64 output pixels run its im2col kernel); a dilated one, its dilation phases
+    (images of fewer than 64 output pixels run its im2col kernel, and so do calls of fewer than 512 outputs
+    of a strided layer with at least 2 Mi weight elements, where reading the 2.25x larger transformed
+    weights costs more than the multiplies saved); a dilated one, its dilation phases
     (every dH-th row and dW-th column of the output: stride-1 correlations of adjacent taps) in the same
     tiles, where each phase has at least 144 outputs (a k3 d2 layer on a 32×32 map; fewer run its im2col
     kernel). Every other convolution uses "im2col". For a transposed convolution:
