@@ -28,7 +28,8 @@
  *
  * Small outputs. A call whose images have fewer than CONV_WINOGRAD_MIN_OUTPUT_PIXELS output pixels each
  * (or rows wider than CONV_WINOGRAD_MAX_BAND_ELEMENTS allows, or few outputs for large strided weights:
- * CONV_WINOGRAD_LARGE_WEIGHT) runs conv_im2col's kernel instead, whose packed weights the blob also holds: there the tiles would be
+ * CONV_WINOGRAD_LARGE_WEIGHT) runs conv_im2col's kernel instead, whose packed weights the blob also
+ * holds: there the tiles would be
  * mostly padding or cut short (a 7x7 image is 3 tiles of 2 and one of 1 per side), and im2col leaves out
  * the taps that fall in the padding (a 2x2 image in a k4 s2 p1 kernel reads a quarter of it). Tasks,
  * workspace and run decide it alike, from the call's geometry.

@@ -321,8 +321,8 @@ static void run_sweep(int quick) {
         }
         if (!quick) { /* every edge of the tiles, deterministically: N around the dot panels (1-4, 33-36), the
                          16/32-wide panels and the pairs of 32-wide panels (64, 96), M around the row tiles (4,
-                         5, 6, 8, 12 rows) and the pair tiles' least M (64), Kc not a multiple of any vector's
-                         lanes */
+                         5, 6, 8, 12 rows; a pair's 12 wide rows, then its 6-row tiles), Kc not a multiple of
+                         any vector's lanes */
             static const size_t edge_n[] = {1,  2,  3,  4,  5,  8,  15, 16, 17, 20, 31, 32, 33, 34,
                                             35, 36, 47, 48, 49, 63, 64, 65, 80, 96, 97};
             static const size_t edge_m[] = {1, 4, 5, 6, 7, 11, 13, 63, 64, 69}, edge_k[] = {1, 3, 4, 5, 17};
