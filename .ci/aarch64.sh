@@ -52,7 +52,7 @@ done
 
 echo "-- the NEON GEMM's innermost loops (steady-state instructions per FMA: an estimate, not a measurement)"
 # Tiles: no spill, at most 2 instructions per FMA (5x16: 20 FMLA, 2 LDP, 5 LDR, loop and prefetch test = 1.85).
-python3 tests/c/fma_loops.py "$OBJDUMP" "$out/gemm_neon.o" --functions 'tile_(wide|narrow)(_skip)?_neon$' \
+python3 tests/c/fma_loops.py "$OBJDUMP" "$out/gemm_neon.o" --functions 'tile_(wide|narrow)(_skip)?_neon(\.constprop\.[0-9]+)?$' \
     --max-stack 0 --max-per-fma 2.0
 # The narrow last panel's dot tiles: their main loops (15-16 FMAs, operands loaded from A and B) without spills;
 # the loop of each tap's last, partial k step loads its operands through stack buffers (no masked loads).
