@@ -180,16 +180,35 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
                     ptrdiff_t M = 0;
                     int outside = 0;   /* some tap of this chunk falls outside the image */
                     for (int border_rows = 0; border_rows <= 1; border_rows++) {
-                        for (ptrdiff_t r = r0; r < r1; r++) {   /* interior columns, row by row */
-                            const ptrdiff_t n = r / Jy, jy = r % Jy;
-                            if ((jy < jy_lo || jy >= jy_hi) != border_rows) continue;
-                            if (cx_lo >= cx_hi) continue;
-                            /* The row's first pixel in full; each next one is its left neighbour moved
-                               by one input pixel (Cin) and sW output pixels: no bounds test per tap
-                               in an interior row. */
-                            const int first_outside = FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, cx_lo,
-                                                                         a_rows + M * T, c_rows + M);
+                        /* image n and phase row jy of row r, stepped rather than divided per row: a 1-D
+                           layer (run as rows of one pixel) would pay a division per pixel */
+                        ptrdiff_t n = r0 / Jy, jy = r0 % Jy;
+                        ptrdiff_t above = -1;   /* the first pixel of row jy - 1 of image n, when interior */
+                        for (ptrdiff_t r = r0; r < r1; r++, jy++) {   /* interior columns, row by row */
+                            if (jy == Jy) {
+                                jy = 0;
+                                n++;
+                                above = -1;
+                            }
+                            if ((jy < jy_lo || jy >= jy_hi) != border_rows || cx_lo >= cx_hi) {
+                                above = -1;
+                                continue;
+                            }
+                            /* The row's first pixel: the one above it moved one input row down (W·Cin)
+                               and sH output rows, where that one was interior too; else in full. Each
+                               next pixel is its left neighbour moved by one input pixel (Cin) and sW
+                               output pixels: no bounds test per tap in an interior row. */
+                            int first_outside = 0;
+                            if (above >= 0) {
+                                const FD_REAL **a_above = a_rows + above * T, **a_first = a_rows + M * T;
+                                for (ptrdiff_t t = 0; t < T; t++) a_first[t] = a_above[t] + W * Cin;
+                                c_rows[M] = c_rows[above] + sH * Wo * Cout;
+                            } else {
+                                first_outside = FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, cx_lo,
+                                                                   a_rows + M * T, c_rows + M);
+                            }
                             outside |= first_outside;
+                            above = first_outside ? -1 : M;
                             M++;
                             for (ptrdiff_t jx = cx_lo + 1; jx < cx_hi; jx++, M++) {
                                 if (first_outside) {   /* a border row: taps outside in every column */
@@ -205,8 +224,13 @@ static int FD_FN(deconv_phase_rows)(const fd_geometry *geo, const void *packed, 
                         for (ptrdiff_t jx = jx0; jx < jx1; jx++) {   /* border columns, column by column */
                             if (jx == cx_lo) jx = cx_hi;
                             if (jx >= jx1) break;
-                            for (ptrdiff_t r = r0; r < r1; r++) {
-                                const ptrdiff_t n = r / Jy, jy = r % Jy;
+                            n = r0 / Jy;
+                            jy = r0 % Jy;
+                            for (ptrdiff_t r = r0; r < r1; r++, jy++) {
+                                if (jy == Jy) {
+                                    jy = 0;
+                                    n++;
+                                }
                                 if ((jy < jy_lo || jy >= jy_hi) != border_rows) continue;
                                 outside |= FD_FN(phase_pixel)(&taps, x_group, y_phase, n, jy, jx, a_rows + M * T,
                                                               c_rows + M);
