@@ -93,6 +93,17 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
     return count;
 }
 
+/* Output rows or columns [*lo, *hi) whose taps all land inside an input side of `size` pixels. */
+static void im2col_inside_range(ptrdiff_t size, ptrdiff_t out_size, ptrdiff_t kernel, ptrdiff_t stride,
+                                ptrdiff_t pad, ptrdiff_t dilation, ptrdiff_t *lo, ptrdiff_t *hi)
+{
+    const ptrdiff_t last = size - 1 + pad - (kernel - 1) * dilation;   /* o * stride <= last */
+    *lo = pad > 0 ? fd_ceil_div(pad, stride) : 0;
+    *hi = last >= 0 ? last / stride + 1 : 0;
+    if (*hi > out_size) *hi = out_size;
+    if (*lo > *hi) *lo = *hi;
+}
+
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 
 FD_DEFINE_ALGORITHM(im2col, 0)
@@ -153,13 +164,28 @@ static void FD_FN(im2col_dense_rows)(const fd_geometry *geo, const FD_REAL *FD_R
 
 /* Row taps (im2col_row_taps) for pixels [p0, p0 + M) of image n's output: a_rows[m*kH + ky] is kernel row
  * ky (kW*Cin elements) of pixel m. For a pixel whose taps are all inside the image along W, that is x
- * itself, or `zeros` above and below the image; for the others, the pixel's row copied into `dense`. */
-static void FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, ptrdiff_t n,
-                                       ptrdiff_t p0, ptrdiff_t M, FD_REAL *FD_RESTRICT dense, const FD_REAL *zeros,
-                                       const FD_REAL **a_rows)
+ * itself, or `zeros` above and below the image; for the others, the pixel's row copied into `dense`.
+ * Returns the taps per pixel: kH, or 1 for an image one pixel wide without padding along W or dilation (a
+ * 1-D layer run as rows, rows_for_columns), whose kH kernel rows are adjacent pixels of x: one tap of K
+ * elements, read in place where the whole kernel column is inside the image, else copied. */
+static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, ptrdiff_t n,
+                                         ptrdiff_t p0, ptrdiff_t M, FD_REAL *FD_RESTRICT dense, const FD_REAL *zeros,
+                                         const FD_REAL **a_rows)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Wo = geo->out_w;
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, K = kH * kW * Cin, sW = geo->stride_w, pl = geo->pad_left;
+    if (W == 1 && Wo == 1 && kW == 1 && pl == 0 && geo->dilation_h == 1) {
+        for (ptrdiff_t m = 0, oy = p0; m < M; m++, oy++) {
+            const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top;
+            if (iy >= 0 && iy + kH <= H) {
+                a_rows[m] = x + (n * H + iy) * Cin;
+            } else {
+                FD_FN(im2col_dense_rows)(geo, x, n, 0, oy, 1, dense + m * K);
+                a_rows[m] = dense + m * K;
+            }
+        }
+        return 1;
+    }
     /* output columns [inside_first, inside_end) read only inside the image along W */
     const ptrdiff_t inside_first = pl > 0 ? fd_ceil_div(pl, sW) : 0;
     const ptrdiff_t inside_end = W - kW + pl >= 0 ? (W - kW + pl) / sW + 1 : 0;
@@ -187,6 +213,44 @@ static void FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *FD
         m += run;
         ox = 0;
         oy++;
+    }
+    return (size_t)kH;
+}
+
+/* Pixels [p0, p0 + M) of one image's output (counted row by row) as indirect GEMM rows: a_rows[m*T + t] is
+ * tap t's input pixel (x_image: the image at the group's first channel), `outside` where it falls outside the
+ * image; c_rows[m] the output pixel (y_image likewise). The pixels whose taps all lie inside come first:
+ * each output row's run of them is evenly spaced (the GEMM's strided tiles take such runs whole), and the
+ * border pixels, which skip taps, come last in tiles of their own. Any order gives the same bits. */
+static void FD_FN(im2col_pixel_rows)(const fd_geometry *geo, const FD_REAL *x_image, ptrdiff_t p0, ptrdiff_t M,
+                                     const FD_REAL *outside, FD_REAL *y_image, const FD_REAL **a_rows,
+                                     FD_REAL **c_rows)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Wo = geo->out_w, Cout = geo->out_channels;
+    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, T = kH * kW;
+    ptrdiff_t oy_lo, oy_hi, ox_lo, ox_hi;
+    im2col_inside_range(H, geo->out_h, kH, geo->stride_h, geo->pad_top, geo->dilation_h, &oy_lo, &oy_hi);
+    im2col_inside_range(W, Wo, kW, geo->stride_w, geo->pad_left, geo->dilation_w, &ox_lo, &ox_hi);
+    ptrdiff_t m = 0;
+    for (int border = 0; border <= 1; border++) {
+        for (ptrdiff_t q = 0, oy = p0 / Wo, ox = p0 % Wo; q < M; q++) {
+            const int inside = oy >= oy_lo && oy < oy_hi && ox >= ox_lo && ox < ox_hi;
+            if (inside != border) {
+                for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                    const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                        const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
+                        const int tap_inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                        a_rows[m * T + ky * kW + kx] = tap_inside ? x_image + (iy * W + ix) * Cin : outside;
+                    }
+                }
+                c_rows[m++] = y_image + (p0 + q) * Cout;
+            }
+            if (++ox == Wo) {
+                ox = 0;
+                oy++;
+            }
+        }
     }
 }
 
@@ -220,15 +284,15 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
         const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
         for (ptrdiff_t g = 0; g < G; g++) {
             if (dense != NULL && Cig > 0) {
+                size_t taps = 1;
                 if (zeros != NULL) {
-                    FD_FN(im2col_row_tap_rows)(geo, x, n, p0, M, dense, zeros, a_rows);
+                    taps = FD_FN(im2col_row_tap_rows)(geo, x, n, p0, M, dense, zeros, a_rows);
                 } else {
                     FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
                     for (ptrdiff_t m = 0; m < M; m++) a_rows[m] = dense + (size_t)m * K;
                 }
                 for (ptrdiff_t m = 0; m < M; m++) c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
-                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, zeros != NULL ? (size_t)kH : 1,
-                                     zeros != NULL ? K / (size_t)kH : K, a_rows,
+                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, taps, K / taps, a_rows,
                                      (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin,
                                      bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
                 continue;
@@ -241,21 +305,8 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
                     c_rows[m] = y_first + m * Cout;
                 }
             } else {
-                for (ptrdiff_t m = 0, oy = p0 / Wo, ox = p0 % Wo; m < M; m++) {
-                    for (ptrdiff_t ky = 0; ky < kH; ky++) {
-                        const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
-                        for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                            const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
-                            const int inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                            a_rows[m * T + ky * kW + kx] = inside ? x + ((n * H + iy) * W + ix) * Cin + g * Cig : outside;
-                        }
-                    }
-                    c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
-                    if (++ox == Wo) {
-                        ox = 0;
-                        oy++;
-                    }
-                }
+                FD_FN(im2col_pixel_rows)(geo, x + n * H * W * Cin + g * Cig, p0, M, outside,
+                                         y_pixels + g * Cog + col_begin, a_rows, c_rows);
             }
             if (Cig == 0) {
                 for (ptrdiff_t m = 0; m < M; m++)

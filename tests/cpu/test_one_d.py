@@ -31,6 +31,8 @@ ONE_D = [
     Case("c", n=2, hw=(1, 50), c_in=4, c_out=6, kernel=(1, 8), stride=(2, 4), padding=(0, 2)),
     Case("c", n=1, hw=(1, 30), c_in=6, c_out=6, kernel=(1, 5), stride=(1, 2), padding=(0, 2), groups=6),
     Case("c", n=1, hw=(1, 12), c_in=6, c_out=4, kernel=(1, 1), stride=(2, 3)),
+    # 32 channels: "im2col" reads each inner pixel's whole kernel (kW adjacent pixels) in place as one tap
+    Case("c", n=2, hw=(1, 29), c_in=32, c_out=16, kernel=(1, 7), stride=(1, 2), padding=(0, 3)),
 ]
 
 
@@ -130,3 +132,11 @@ def test_a_layer_made_for_a_block_padded_along_h_runs_1d_blocks(op):
     x = one_d.arrays()[0]
     got = layer.bind(_geometry(one_d, x, w))(x, None)
     np.testing.assert_allclose(got, one_d.reference(x, w, b), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", [None, "im2col"])
+def test_an_image_one_pixel_wide_padded_along_w_reads_the_padding_column(algorithm):
+    """Rows of one pixel read a kernel column in place only without padding along W: here the one
+    output column's taps all fall in the left padding (and the result is the bias)."""
+    case = Case("c", n=2, hw=(9, 1), c_in=20, c_out=4, kernel=(3, 1), stride=(1, 3), padding=1)
+    assert check_case(case, algorithm)
