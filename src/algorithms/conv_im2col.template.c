@@ -179,10 +179,16 @@ static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *
             const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top;
             if (iy >= 0 && iy + kH <= H) {
                 a_rows[m] = x + (n * H + iy) * Cin;
-            } else {
-                FD_FN(im2col_dense_rows)(geo, x, n, 0, oy, 1, dense + m * K);
-                a_rows[m] = dense + m * K;
+                continue;
             }
+            FD_REAL *row = dense + m * K;   /* the padding's zeros are terms 0 * w of the formula */
+            for (ptrdiff_t ky = 0; ky < kH; ky++, row += Cin) {
+                if (iy + ky >= 0 && iy + ky < H)
+                    memcpy(row, x + (n * H + iy + ky) * Cin, (size_t)Cin * sizeof(FD_REAL));
+                else
+                    memset(row, 0, (size_t)Cin * sizeof(FD_REAL));
+            }
+            a_rows[m] = dense + m * K;
         }
         return 1;
     }
