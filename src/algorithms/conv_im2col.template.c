@@ -193,8 +193,8 @@ static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *
         return 1;
     }
     /* output columns [inside_first, inside_end) read only inside the image along W */
-    const ptrdiff_t inside_first = pl > 0 ? fd_ceil_div(pl, sW) : 0;
-    const ptrdiff_t inside_end = W - kW + pl >= 0 ? (W - kW + pl) / sW + 1 : 0;
+    ptrdiff_t inside_first, inside_end;
+    im2col_inside_range(W, Wo, kW, sW, pl, 1, &inside_first, &inside_end);
     ptrdiff_t oy = p0 / Wo, ox = p0 % Wo;
     for (ptrdiff_t m = 0; m < M;) {
         const ptrdiff_t run = Wo - ox < M - m ? Wo - ox : M - m;   /* pixels left in this output row */
