@@ -120,12 +120,16 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       channels its reads of the transposed rows (per output channel, from L2) cost more than col2im's
       GEMM, which then is efficient enough. Several groups of few channels run merged instead
       (group_merge; grouped07, 32 groups of 4 -> 4, took 23.3 ms as planar, 12.2 merged on phase).
-    * other few outputs per group (C_out/groups < 8) with a wider kernel, or a kernel equal to the
-      stride (k2 s2 heads with 1-4 outputs: no two taps meet): "col2im". The phase GEMM's
-      N = C_out/groups would fill a fraction of a SIMD register; col2im's N = kH·kW·C_out/groups
-      keeps the GEMM efficient, and the scatter-add is cheap when C_out is small. With a kernel equal
-      to the stride every output has one term: the GEMM adds the bias and the scatter is a copy, which
-      reads the input once where "planar" transposes it.
+    * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
+      a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
+      N = kH·kW·C_out/groups keeps the GEMM efficient, and its scatter-add costs about 1/C_in of its
+      GEMM. That is C_out/groups < 8 with at least 16 columns, or with a kernel equal to the stride
+      (k2 s2 heads: no two taps meet, every output has one term: the GEMM adds the bias and the scatter
+      is a copy, which reads the input once where "planar" transposes it); and for one group:
+      C_out < 64 with a kernel equal to the stride, C_out < 16 with any other kernel, and C_out < 32
+      from C_in >= 64, unless "winograd" pays on equal phases (a kernel a multiple of the stride)
+      with C_in <= 24·C_out. Merged groups (group_merge) and groups of 8 or more outputs keep the
+      phase GEMMs: col2im ran such grouped layers 1.1-1.6x slower.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2; dilated only with
       stride 1: as its equivalent convolution, flipped weight, whose dilation phases the convolution's
       "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or
@@ -161,7 +165,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     elif (geometry.groups == 1 and geometry.out_per_group < 8 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP
           and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]):
         choice = "planar"
-    elif geometry.out_per_group < 8 and (kh * kw * geometry.out_per_group >= 16 or (kh, kw) == geometry.stride):
+    elif _col2im_pays(geometry):
         choice = "col2im"
     elif _winograd_pays(geometry):
         choice = "winograd" if supports("winograd", geometry) else "phase"
@@ -204,6 +208,34 @@ def _winograd_pays(geometry: ConvGeometry) -> bool:
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and channels
             and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
             and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
+
+
+def _col2im_pays(geometry: ConvGeometry) -> bool:
+    """choose_algorithm's "col2im" rule for few outputs per group (the measurements: asv_benches/NOTES.md,
+    2026-12-06)."""
+    (kh, kw), out, inputs = geometry.kernel_hw, geometry.out_per_group, geometry.in_per_group
+    if out < 8:
+        return kh * kw * out >= 16 or (kh, kw) == geometry.stride
+    if geometry.groups > 1:
+        return False
+    if (kh, kw) == geometry.stride:
+        return out < _COL2IM_MAX_OUT_KERNEL_IS_STRIDE
+    if out < 16:
+        return True
+    return out < 32 and inputs >= 64 and not (
+        _equal_phases(geometry) and _winograd_pays(geometry) and inputs <= _COL2IM_WINOGRAD_IN_PER_OUT * out)
+
+
+def _equal_phases(geometry: ConvGeometry) -> bool:
+    """Whether the kernel is a multiple of the stride along both axes: every stride phase has the same
+    taps (k4 s2: 2×2 each; k3 s2 mixes 2 and 1, k5 s2 3 and 2)."""
+    (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
+    return kh % sh == 0 and kw % sw == 0
+
+
+# col2im's one wide GEMM where the phase GEMMs would be narrow (_col2im_pays).
+_COL2IM_MAX_OUT_KERNEL_IS_STRIDE = 64
+_COL2IM_WINOGRAD_IN_PER_OUT = 24
 
 
 def _weight_bytes(geometry: ConvGeometry) -> int:
