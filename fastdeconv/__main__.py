@@ -56,11 +56,11 @@ def _case_names(text):
     from .bench.suites import CASES, suite_cases
 
     names = [name.strip() for name in text.split(",") if name.strip()]
-    known = list(CASES) + [case.name for case in suite_cases("field")]
+    known = list(CASES) + [case.name for suite in ("field", "narrow") for case in suite_cases(suite)]
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown case {(unknown or [text])[0]!r}; choose from {', '.join(CASES)} "
-                                         "or a field case (bench --suite field --list)")
+                                         "or a field or narrow case (bench --suite field --list)")
     return names
 
 
@@ -124,8 +124,9 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--case", type=_case_names, action="extend", dest="cases", metavar="NAME",
                        help=argparse.SUPPRESS)   # the older spelling, still accepted
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
-    bench.add_argument("--suite", choices=("all", "deconv", "conv", "field"), default="all",
-                       help="the transposed-convolution suite, the convolution suite, both (default), or the "
+    bench.add_argument("--suite", choices=("all", "deconv", "conv", "narrow", "field"), default="all",
+                       help="the transposed-convolution suite, the convolution suite, both (default), "
+                            "real networks' transposed layers of 8-63 outputs (narrow), or the "
                             "field suite: 164 layers drawn, seeded, from the kinds real networks have "
                             "(fastdeconv.bench.field), with a summary of the ratios and the worst layers")
     bench.add_argument("--candidates", action="store_true",

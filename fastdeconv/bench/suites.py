@@ -79,7 +79,33 @@ CONV_SUITE = [
     Case("pointwise", (1, 56, 56, 128), 128, 1, 1, 0, op="conv"),      # MobileNet 1x1
     Case("depthwise3x3", (1, 112, 112, 64), 64, 3, 1, 1, groups=64, op="conv"),   # MobileNet depthwise
 ]
-SUITES = {"deconv": SUITE, "conv": CONV_SUITE}
+#: Transposed convolutions of real networks with 8-63 outputs (segmentation decoders and their class
+#: layers, keypoint heads, speech and music decoders), where the phase GEMMs' N = C_out fills part of a
+#: SIMD vector: the layers behind the "col2im" rule (asv_benches/NOTES.md, 2026-12-06). Not in "all".
+NARROW_SUITE = [
+    Case("linknet_dec1", (1, 128, 128, 16), 16, 3, 2, 1, output_padding=1),    # LinkNet decoder, m/4 = 16
+    Case("linknet_dec2", (1, 64, 64, 32), 32, 3, 2, 1, output_padding=1),
+    Case("linknet_cls", (1, 256, 256, 32), 12, 2, 2, 0),                        # its k2 s2 class layer
+    Case("enet_b5", (1, 96, 160, 16), 16, 3, 2, 1, output_padding=1),          # ENet bottleneck 5.0
+    Case("enet_final", (1, 192, 320, 16), 19, 3, 2, 1, output_padding=1),      # ENet's full convolution
+    Case("erfnet_up2", (1, 128, 256, 64), 16, 3, 2, 1, output_padding=1),      # ERFNet upsampler 64 -> 16
+    Case("erfnet_out", (1, 192, 320, 16), 20, 2, 2, 0),                         # ERFNet output, 20 classes
+    Case("keypoint_rcnn", (50, 14, 14, 512), 17, 4, 2, 1),                      # Keypoint R-CNN score layer
+    Case("dccrn_dec4", (1, 64, 100, 64), 32, (5, 2), (2, 1), (2, 0), output_padding=(1, 0)),   # DCCRN
+    Case("dccrn_dec5", (1, 128, 100, 32), 16, (5, 2), (2, 1), (2, 0), output_padding=(1, 0)),
+    Case("crn_dec4", (1, 100, 31, 64), 16, (1, 3), (1, 2), 0),                  # CRN, frequency axis
+    Case("demucs_last", (1, 1, 11000, 48), 8, (1, 8), (1, 4), 0),               # Demucs: 4 sources x 2
+    Case("encodec_up4", (1, 1, 4800, 64), 32, (1, 4), (1, 2), (0, 1)),          # EnCodec's last upsampler
+    Case("tasnet_dec", (1, 1, 4000, 64), 12, (1, 16), (1, 8), (0, 4)),
+    Case("fcn_upscore2", (1, 16, 16, 21), 21, 4, 2, 0),                         # FCN, 21 classes, ungrouped
+    Case("fcn_upscore_pool4", (1, 34, 34, 21), 21, 4, 2, 0),
+    Case("fcn_upscore8", (1, 70, 70, 21), 21, 16, 8, 0),
+    Case("nnunet_last", (2, 128, 128, 64), 32, 2, 2, 0),                        # nnU-Net's last k2 s2
+    Case("nnunet_last48", (1, 96, 96, 96), 48, 2, 2, 0),
+    Case("gan_48", (4, 32, 32, 96), 48, 4, 2, 1),
+    Case("higherhrnet_deconv", (1, 128, 128, 49), 32, 4, 2, 1),                # HigherHRNet, 32 + 17 in
+]
+SUITES = {"deconv": SUITE, "conv": CONV_SUITE, "narrow": NARROW_SUITE}
 CASES = {case.name: case for case in SUITE + CONV_SUITE}
 
 
@@ -501,8 +527,8 @@ def format_table(rows, threads, peak=None, peers_line="", style="text"):
 
 
 def suite_cases(suite="all"):
-    """The cases of ``suite``: "deconv", "conv", "all" (both) or "field" (:mod:`.field`, drawn with its
-    default seed)."""
+    """The cases of ``suite``: "deconv", "conv", "all" (both), "narrow" (NARROW_SUITE) or "field"
+    (:mod:`.field`, drawn with its default seed)."""
     if suite == "field":
         from .field import field_suite
 
@@ -538,7 +564,7 @@ def machine_info():
 
 def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, output_format="text",
               stdout=None, stderr=None, suite="all", candidates=False, plot=None) -> int:
-    """Run a suite (``suite`` "deconv", "conv", "all" or "field", see :func:`suite_cases`) or the named
+    """Run a suite (``suite`` "deconv", "conv", "all", "narrow" or "field", see :func:`suite_cases`) or the named
     cases of it and print the results, one table per operation, then a summary (:func:`field_summary`)
     for the field suite; returns the exit status (1 when a result is wrong, 3 when ``plot`` failed).
     ``threads`` 0 or None: fastdeconv's default. ``candidates``: also time every algorithm that can run
@@ -548,7 +574,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    pool = {case.name: case for case in suite_cases(suite)} if suite == "field" else CASES
+    pool = {case.name: case for case in suite_cases(suite)} if suite in ("field", "narrow") else CASES
     unknown = [name for name in cases or [] if name not in pool]
     if unknown:
         print(f"unknown case {unknown[0]!r}; choose from {', '.join(pool)}", file=stderr)
@@ -606,7 +632,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
             if op_rows:
                 tables.append(f"{'## ' if output_format == 'markdown' else ''}{title}\n"
                               + format_table(op_rows, threads, peak, style=output_format))
-        summary = "\n" + "\n".join(field_summary(rows)) if suite == "field" or candidates else ""
+        summary = "\n" + "\n".join(field_summary(rows)) if suite in ("field", "narrow") or candidates else ""
         print("\n\n".join(tables) + summary + "\n" + peer_set.summary(), file=stdout)
     if json_path:
         with open(json_path, "w") as f:

@@ -120,3 +120,22 @@ def test_cli_lists_and_runs_the_field_suite(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["bench", "--cases", "no_such_case"])
     assert fastdeconv.get_num_threads() >= 1
+
+
+def test_the_narrow_suite_holds_transposed_layers_of_8_to_63_outputs(capsys, monkeypatch):
+    """bench --suite narrow: real networks' transposed layers whose phase GEMMs would be narrow; each valid,
+    listed, and run through the bench with its candidates (every algorithm against the reference)."""
+    narrow = bench.suite_cases("narrow")
+    assert len({case.name for case in narrow}) == len(narrow) >= 20
+    for case in narrow:
+        x, w, _ = case.arrays()
+        geometry = resolve_conv_transpose2d(x.shape, w.shape, **case.kwargs)
+        assert case.op == "deconv" and 8 <= geometry.out_per_group < 64, case.name
+    monkeypatch.setattr(bench, "_blas_unavailable", lambda: "stub: no BLAS threads")
+    assert main(["bench", "--suite", "narrow", "--list"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == len(narrow)
+    smallest = min(narrow, key=lambda c: c.flops).name
+    assert main(["bench", "--suite", "narrow", "--cases", smallest, "--no-peers", "--seconds", "0.001",
+                 "--candidates", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert smallest in out and "automatic choice within 10 % of the fastest algorithm: " in out
