@@ -108,12 +108,14 @@ def test_field_summary_lines_name_the_worst_layers_and_the_choice():
     assert "fastest candidate col2im" in lines[-1]
 
 
-def test_cli_lists_and_runs_the_field_suite(capsys, monkeypatch):
+@pytest.mark.parametrize("suite", ["field", "narrow"])
+def test_cli_lists_and_runs_the_suite(suite, capsys, monkeypatch):
+    cases = bench.suite_cases(suite)
     monkeypatch.setattr(bench, "_blas_unavailable", lambda: "stub: no BLAS threads")
-    assert main(["bench", "--suite", "field", "--list"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == len(CASES)
-    smallest = min(CASES, key=lambda c: c.flops).name
-    assert main(["bench", "--suite", "field", "--cases", smallest, "--no-peers", "--seconds", "0.001",
+    assert main(["bench", "--suite", suite, "--list"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == len(cases)
+    smallest = min(cases, key=lambda c: c.flops).name
+    assert main(["bench", "--suite", suite, "--cases", smallest, "--no-peers", "--seconds", "0.001",
                  "--candidates", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert smallest in out and "automatic choice within 10 % of the fastest algorithm: " in out
@@ -122,20 +124,12 @@ def test_cli_lists_and_runs_the_field_suite(capsys, monkeypatch):
     assert fastdeconv.get_num_threads() >= 1
 
 
-def test_the_narrow_suite_holds_transposed_layers_of_8_to_63_outputs(capsys, monkeypatch):
-    """bench --suite narrow: real networks' transposed layers whose phase GEMMs would be narrow; each valid,
-    listed, and run through the bench with its candidates (every algorithm against the reference)."""
+def test_the_narrow_suite_holds_transposed_layers_of_8_to_63_outputs():
+    """bench --suite narrow: real networks' transposed layers whose phase GEMMs would be narrow, each valid
+    (the command line lists and runs them: above)."""
     narrow = bench.suite_cases("narrow")
     assert len({case.name for case in narrow}) == len(narrow) >= 20
     for case in narrow:
         x, w, _ = case.arrays()
         geometry = resolve_conv_transpose2d(x.shape, w.shape, **case.kwargs)
         assert case.op == "deconv" and 8 <= geometry.out_per_group < 64, case.name
-    monkeypatch.setattr(bench, "_blas_unavailable", lambda: "stub: no BLAS threads")
-    assert main(["bench", "--suite", "narrow", "--list"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == len(narrow)
-    smallest = min(narrow, key=lambda c: c.flops).name
-    assert main(["bench", "--suite", "narrow", "--cases", smallest, "--no-peers", "--seconds", "0.001",
-                 "--candidates", "--threads", "1"]) == 0
-    out = capsys.readouterr().out
-    assert smallest in out and "automatic choice within 10 % of the fastest algorithm: " in out
