@@ -133,7 +133,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2; dilated only with
       stride 1: as its equivalent convolution, flipped weight, whose dilation phases the convolution's
       "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or
-      exactly 16 in each of several groups, merged or not; and C_out/groups >= 16) and at most 16 MiB of
+      exactly 16 in each of several groups, merged or not; and C_out/groups >= 16, or >= 32 where the
+      phases have unequal taps: k3 s2, k5 s2) and at most 16 MiB of
       float32 weights (its packed form is 2.8-5x the weights, which must stay in the weight cache):
       "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
       multiplies per output on those phases; with fewer channels its tile transforms cost more than
@@ -189,6 +190,9 @@ _GROUPED_MAX_OUT_PER_GROUP = 16
 # tile transforms, the larger cost (the thresholds' measurements: asv_benches/NOTES.md).
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
+# ... or this many where the phases have unequal taps (k3 s2: 2 and 1, k5 s2: 3 and 2), whose tiles serve
+# some phases only: with 16-31 outputs from fewer than 64 inputs "phase" was as fast or up to 1.36x faster.
+_WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP = 32
 # ... and where several groups (merged or not) have exactly this many input channels each: k4 s2 with 8 groups
 # of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
 # of 4, grouped07); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
@@ -206,7 +210,8 @@ def _winograd_pays(geometry: ConvGeometry) -> bool:
     channels = geometry.in_per_group >= _WINOGRAD_MIN_IN_PER_GROUP or (
         geometry.groups > 1 and geometry.in_per_group == _WINOGRAD_GROUPED_IN_PER_GROUP)
     return (-(-kh // sh) >= 2 and -(-kw // sw) >= 2 and channels
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and geometry.out_per_group >= (_WINOGRAD_MIN_OUT_PER_GROUP if _equal_phases(geometry)
+                                           else _WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP)
             and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES)
 
 
