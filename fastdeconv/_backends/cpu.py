@@ -126,10 +126,12 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       GEMM. That is C_out/groups < 8 with at least 16 columns, or with a kernel equal to the stride
       (k2 s2 heads: no two taps meet, every output has one term: the GEMM adds the bias and the scatter
       is a copy, which reads the input once where "planar" transposes it); and for one group:
-      C_out < 64 with a kernel equal to the stride, C_out < 16 with any other kernel, and C_out < 32
-      from C_in >= 64, unless "winograd" pays on equal phases (a kernel a multiple of the stride)
-      with C_in <= 24·C_out. Merged groups (group_merge) and groups of 8 or more outputs keep the
-      phase GEMMs: col2im ran such grouped layers 1.1-1.6x slower.
+      C_out < 64 with a kernel equal to the stride, C_out < 16 with any other undilated kernel. Merged groups
+      (group_merge) and groups of 8 or more outputs keep the phase GEMMs: col2im ran such grouped
+      layers 1.1-1.6x slower. Where taps overlap, col2im's bands of output rows recompute the GEMM
+      rows their neighbours share, thin at many threads: with 16-31 outputs it was 1.2-1.6x faster
+      than "winograd" at 1 and 2 threads from 64 inputs, but 1.3-2.2x slower at 16; a dilated layer's
+      taps reach further (dilation·(kernel - 1) rows): 64 -> 12 k3 d2 ran 2.3x slower than "phase" at 16.
     * a stride phase with at least 2 taps along both axes (k4 s2, k3 s1, k3 s2; dilated only with
       stride 1: as its equivalent convolution, flipped weight, whose dilation phases the convolution's
       "winograd" computes, unless a weight is Inf or NaN), enough channels (C_in/groups >= 32, or
@@ -191,7 +193,7 @@ _GROUPED_MAX_OUT_PER_GROUP = 16
 _WINOGRAD_MIN_IN_PER_GROUP = 32
 _WINOGRAD_MIN_OUT_PER_GROUP = 16
 # ... or this many where the phases have unequal taps (k3 s2: 2 and 1, k5 s2: 3 and 2), whose tiles serve
-# some phases only: with 16-31 outputs from fewer than 64 inputs "phase" was as fast or up to 1.36x faster.
+# some phases only: with 16-31 outputs "phase" was within 10 % or up to 1.36x faster, and scales to 16 threads.
 _WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP = 32
 # ... and where several groups (merged or not) have exactly this many input channels each: k4 s2 with 8 groups
 # of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
@@ -218,17 +220,14 @@ def _winograd_pays(geometry: ConvGeometry) -> bool:
 def _col2im_pays(geometry: ConvGeometry) -> bool:
     """choose_algorithm's "col2im" rule for few outputs per group (the measurements: asv_benches/NOTES.md,
     2026-12-06)."""
-    (kh, kw), out, inputs = geometry.kernel_hw, geometry.out_per_group, geometry.in_per_group
+    (kh, kw), out = geometry.kernel_hw, geometry.out_per_group
     if out < 8:
         return kh * kw * out >= 16 or (kh, kw) == geometry.stride
     if geometry.groups > 1:
         return False
     if (kh, kw) == geometry.stride:
         return out < _COL2IM_MAX_OUT_KERNEL_IS_STRIDE
-    if out < 16:
-        return True
-    return out < 32 and inputs >= 64 and not (
-        _equal_phases(geometry) and _winograd_pays(geometry) and inputs <= _COL2IM_WINOGRAD_IN_PER_OUT * out)
+    return out < 16 and geometry.dilation == (1, 1)
 
 
 def _equal_phases(geometry: ConvGeometry) -> bool:
@@ -240,7 +239,6 @@ def _equal_phases(geometry: ConvGeometry) -> bool:
 
 # col2im's one wide GEMM where the phase GEMMs would be narrow (_col2im_pays).
 _COL2IM_MAX_OUT_KERNEL_IS_STRIDE = 64
-_COL2IM_WINOGRAD_IN_PER_OUT = 24
 
 
 def _weight_bytes(geometry: ConvGeometry) -> int:

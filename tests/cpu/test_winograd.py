@@ -406,12 +406,13 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
     ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
     ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), "col2im"),        # 8 outputs: phase GEMMs half a vector
-    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "col2im"),  # unequal phases
+    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),   # unequal phases
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),     # C_in < 64
     ((1, 64, 64, 32), (32, 5, 5, 16), dict(stride=2, padding=2, output_padding=1), "phase"),     # unequal phases
     ((1, 64, 64, 32), (32, 5, 5, 32), dict(stride=2, padding=2, output_padding=1), "winograd"),  # ... 32 outputs
-    ((1, 32, 32, 256), (256, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # C_in <= 24·C_out
-    ((1, 32, 32, 512), (512, 4, 4, 16), dict(stride=2, padding=1), "col2im"),    # C_in > 24·C_out
+    ((1, 32, 32, 512), (512, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # 16 outputs, equal phases
+    ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=1), "col2im"),      # 12 outputs
+    ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=2, dilation=2), "phase"),   # ... dilated
     ((1, 64, 64, 64), (64, 2, 2, 32), dict(stride=2), "col2im"),                 # kernel = stride, < 64 outputs
     ((1, 1, 500, 64), (64, 1, 16, 12), dict(stride=(1, 8), padding=(0, 4)), "col2im"),   # 1-D, 12 outputs
     ((1, 32, 32, 16), (16, 4, 4, 64), dict(stride=2, padding=1), "phase"),
