@@ -126,7 +126,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       GEMM. That is C_out/groups < 8 with at least 16 columns, or with a kernel equal to the stride
       (k2 s2 heads: no two taps meet, every output has one term: the GEMM adds the bias and the scatter
       is a copy, which reads the input once where "planar" transposes it); and for one group:
-      C_out < 64 with a kernel equal to the stride, C_out < 16 with any other undilated kernel. Merged groups
+      C_out < 64 with a kernel equal to the stride; with any other undilated kernel, C_out < 16, or
+      C_out < 32 from C_in > 24·C_out (Keypoint R-CNN's 512 -> 17 k4 s2: 1.6-1.8x faster than
+      "winograd" at 1, 4 and 16 threads, its batch of RoIs split by images). Merged groups
       (group_merge) and groups of 8 or more outputs keep the phase GEMMs: col2im ran such grouped
       layers 1.1-1.6x slower. Where taps overlap, col2im's bands of output rows recompute the GEMM
       rows their neighbours share, thin at many threads: with 16-31 outputs it was 1.2-1.6x faster
@@ -220,14 +222,14 @@ def _winograd_pays(geometry: ConvGeometry) -> bool:
 def _col2im_pays(geometry: ConvGeometry) -> bool:
     """choose_algorithm's "col2im" rule for few outputs per group (the measurements: asv_benches/NOTES.md,
     2026-12-06)."""
-    (kh, kw), out = geometry.kernel_hw, geometry.out_per_group
+    (kh, kw), out, inputs = geometry.kernel_hw, geometry.out_per_group, geometry.in_per_group
     if out < 8:
         return kh * kw * out >= 16 or (kh, kw) == geometry.stride
     if geometry.groups > 1:
         return False
     if (kh, kw) == geometry.stride:
         return out < _COL2IM_MAX_OUT_KERNEL_IS_STRIDE
-    return out < 16 and geometry.dilation == (1, 1)
+    return geometry.dilation == (1, 1) and (out < 16 or (out < 32 and inputs > _COL2IM_MIN_IN_PER_OUT * out))
 
 
 def _equal_phases(geometry: ConvGeometry) -> bool:
@@ -239,6 +241,7 @@ def _equal_phases(geometry: ConvGeometry) -> bool:
 
 # col2im's one wide GEMM where the phase GEMMs would be narrow (_col2im_pays).
 _COL2IM_MAX_OUT_KERNEL_IS_STRIDE = 64
+_COL2IM_MIN_IN_PER_OUT = 24
 
 
 def _weight_bytes(geometry: ConvGeometry) -> int:

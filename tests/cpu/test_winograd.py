@@ -410,7 +410,8 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),     # C_in < 64
     ((1, 64, 64, 32), (32, 5, 5, 16), dict(stride=2, padding=2, output_padding=1), "phase"),     # unequal phases
     ((1, 64, 64, 32), (32, 5, 5, 32), dict(stride=2, padding=2, output_padding=1), "winograd"),  # ... 32 outputs
-    ((1, 32, 32, 512), (512, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # 16 outputs, equal phases
+    ((1, 32, 32, 384), (384, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # 16 outputs, C_in <= 24·C_out
+    ((50, 14, 14, 512), (512, 4, 4, 17), dict(stride=2, padding=1), "col2im"),   # Keypoint R-CNN: C_in > 24·C_out
     ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=1), "col2im"),      # 12 outputs
     ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=2, dilation=2), "phase"),   # ... dilated
     ((1, 64, 64, 64), (64, 2, 2, 32), dict(stride=2), "col2im"),                 # kernel = stride, < 64 outputs
