@@ -29,7 +29,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# the prefix's wineserver (started persistent below) goes with the prefix
+trap 'if [ -n "${WINEPREFIX:-}" ]; then wineserver -k 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 
 need=()
 command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(mingw-w64)
@@ -70,6 +71,11 @@ $mingw -static -pthread src/kernels/gemm_dispatch.c src/kernels/gemm_portable.c 
     src/kernels/depthwise_rows_neon.c src/kernels/winograd_tiles.c src/kernels/winograd_tiles_avx2.c \
     src/kernels/winograd_tiles_avx512.c src/kernels/planar_rows.c src/algorithms/algorithms.c tests/c/test_algorithms.c -o "$work/test_algorithms.exe"
 export WINEPREFIX="$work/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
+# One wineserver for every harness, started before wineboot: by default it exits soon after its last
+# client, and on a busy machine a harness started in that window lost its connection ("wine client
+# error:0: recvmsg: Connection reset by peer") and printed nothing.
+mkdir -p "$WINEPREFIX"
+wineserver -p
 wineboot -i >/dev/null 2>&1 || true
 wine "$work/test_gemm.exe" 2>&1 | tr -d '\r' | tee "$work/gemm.log"
 grep -q "^all tests passed" "$work/gemm.log" || { echo "windows: test_gemm.exe failed" >&2; exit 1; }
