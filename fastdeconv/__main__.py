@@ -53,10 +53,10 @@ class _DeprecatedAlias(argparse.Action):
 
 
 def _case_names(text):
-    from .bench.suites import CASES, suite_cases
+    from .bench.suites import CASES, OWN_NAME_SUITES, suite_cases
 
     names = [name.strip() for name in text.split(",") if name.strip()]
-    known = list(CASES) + [case.name for suite in ("field", "narrow") for case in suite_cases(suite)]
+    known = list(CASES) + [case.name for suite in OWN_NAME_SUITES for case in suite_cases(suite)]
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown case {(unknown or [text])[0]!r}; choose from {', '.join(CASES)} "

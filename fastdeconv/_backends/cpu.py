@@ -143,8 +143,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       "winograd", the phase decomposition with 1.78x (F(2,2)) to 2.25x (F(3,2), F(2,3)) fewer
       multiplies per output on those phases; with fewer channels its tile transforms cost more than
       that saves. Its error stays within the direct sum's. A call with fewer than 64 input pixels
-      (N·H·W: its tiles would be mostly padding) runs the phase kernel, whose packed weights
-      "winograd" holds too.
+      (N·H·W: its tiles would be mostly padding), or fewer than 512 for a strided layer of several
+      groups (each group's tiles transformed on their own, with few channels), runs the phase kernel,
+      whose packed weights "winograd" holds too.
     * everything else: "phase". Stride-phase decomposition multiplies no inserted zeros and writes
       every output once (no column buffer, no zero fill, no scatter-add).
     * a choice that cannot run the layer (huge kernels or strides, see :func:`supports`): "col2im".

@@ -107,6 +107,8 @@ NARROW_SUITE = [
 ]
 SUITES = {"deconv": SUITE, "conv": CONV_SUITE, "narrow": NARROW_SUITE}
 CASES = {case.name: case for case in SUITE + CONV_SUITE}
+#: Suites whose cases are found by their own names, outside :data:`CASES` (their summary is the field's).
+OWN_NAME_SUITES = ("field", "narrow")
 
 
 def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
@@ -574,7 +576,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
 
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    pool = {case.name: case for case in suite_cases(suite)} if suite in ("field", "narrow") else CASES
+    pool = {case.name: case for case in suite_cases(suite)} if suite in OWN_NAME_SUITES else CASES
     unknown = [name for name in cases or [] if name not in pool]
     if unknown:
         print(f"unknown case {unknown[0]!r}; choose from {', '.join(pool)}", file=stderr)
@@ -632,7 +634,7 @@ def run_bench(cases=None, json_path=None, threads=0, seconds=0.5, peers=True, ou
             if op_rows:
                 tables.append(f"{'## ' if output_format == 'markdown' else ''}{title}\n"
                               + format_table(op_rows, threads, peak, style=output_format))
-        summary = "\n" + "\n".join(field_summary(rows)) if suite in ("field", "narrow") or candidates else ""
+        summary = "\n" + "\n".join(field_summary(rows)) if suite in OWN_NAME_SUITES or candidates else ""
         print("\n\n".join(tables) + summary + "\n" + peer_set.summary(), file=stdout)
     if json_path:
         with open(json_path, "w") as f:

@@ -142,9 +142,16 @@ static ptrdiff_t winograd_phase_row(ptrdiff_t q, ptrdiff_t tiles, ptrdiff_t m, p
  * holds: on a 1x1 to 7x7 input the tiles are mostly padding and the call is bound by reading the
  * transformed weights (1.78x to 4x the phase weights). Decided per call, by tasks and run alike. */
 #define FD_WINOGRAD_MIN_INPUT_PIXELS 64
+/* Likewise below this many for a strided layer of several groups: each group's tiles of each phase are
+ * transformed on their own, with C_in/g (16-64) channels, so on few tiles the transforms outweigh the
+ * multiplies saved (asv_benches/NOTES.md, 2026-12-06: 14x14 inputs ran 1.45x faster as "phase"). With
+ * stride 1 (k3 s1, and the bands that conv_winograd runs through this kernel) the two were even. */
+#define FD_WINOGRAD_MIN_GROUPED_INPUT_PIXELS 512
 
 static int winograd_direct(const fd_geometry *geo) {
-    return geo->batch * geo->in_h * geo->in_w < FD_WINOGRAD_MIN_INPUT_PIXELS;
+    const ptrdiff_t pixels = geo->batch * geo->in_h * geo->in_w;
+    return pixels < FD_WINOGRAD_MIN_INPUT_PIXELS ||
+           (geo->groups > 1 && geo->stride_h * geo->stride_w > 1 && pixels < FD_WINOGRAD_MIN_GROUPED_INPUT_PIXELS);
 }
 
 /* 1 and *axis when the phases along an axis (out outputs) can share their tiles, else 0. */
@@ -223,10 +230,12 @@ static fd_workspace winograd_workspace(const fd_geometry *geo, int dtype) {
 }
 
 /* Tiles a task should get at least: every task reads the U of all its points (ny*nx times the phase
- * weights of its columns), so one that has few tiles is bound by reading it. A build may override it
- * to measure another value. */
+ * weights of its columns), so one that has few tiles is bound by reading it. One GEMM row tile (12):
+ * with 48, small images (16 4x4 images, 192 -> 64) got 2 tasks at any thread count and ran no faster
+ * from 2 threads to 16 (asv_benches/NOTES.md, 2026-12-06). A build may override it to measure another
+ * value. */
 #ifndef FD_WINOGRAD_MIN_TASK_TILES
-#define FD_WINOGRAD_MIN_TASK_TILES 48
+#define FD_WINOGRAD_MIN_TASK_TILES 12
 #endif
 
 /* Tasks of `part` over `rows` tile rows of tiles_per_row tiles each, about `want` of them: row_parts

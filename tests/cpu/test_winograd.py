@@ -470,6 +470,23 @@ def test_small_inputs_run_the_direct_kernel(op, hw, direct):
     np.testing.assert_allclose(got, direct_result, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups,n,hw,kernel,stride,direct", [
+    (2, 1, (16, 31), 4, 2, True), (2, 1, (16, 32), 4, 2, False), (2, 2, (16, 16), 4, 2, False),
+    (1, 1, (16, 16), 4, 2, False), (2, 1, (16, 16), 3, 1, False)])
+def test_strided_grouped_layers_run_the_phase_kernel_below_512_input_pixels(groups, n, hw, kernel, stride, direct):
+    """A strided layer of several groups transforms each group's tiles on its own: below 512 input
+    pixels (N·H·W) "winograd" runs the phase kernel, bit for bit "phase"'s result; one group, or stride
+    1, only below 64."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((n, *hw, 32 * groups)).astype(np.float32)
+    w = rng.standard_normal((32 * groups, kernel, kernel, 16)).astype(np.float32)
+    run = lambda algorithm: fastdeconv.conv_transpose2d(x, w, stride=stride, padding=1, groups=groups,
+                                                        algorithm=algorithm)
+    got, direct_result = run("winograd"), run("phase")
+    assert np.array_equal(got, direct_result) == direct
+    np.testing.assert_allclose(got, direct_result, rtol=1e-4, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------------------------
 # 6. Properties: random layers it supports, against the reference (derandomized under $CI)
 # ----------------------------------------------------------------------------------------------
