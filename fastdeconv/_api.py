@@ -128,7 +128,7 @@ def conv_transpose2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = N
     ...                             output_size=(10, 10)).shape
     (2, 10, 10, 8)
     """
-    if is_dask(x):   # a lazy dask array, computed block by block
+    if type(x) is not np.ndarray and is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
         lazy: NDArray = dask.conv_transpose2d(x, weight, bias, stride, padding, output_padding=output_padding,
@@ -199,7 +199,7 @@ def conv2d(x: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, strid
     >>> bool(np.isclose(lhs, rhs))
     True
     """
-    if is_dask(x):   # a lazy dask array, computed block by block
+    if type(x) is not np.ndarray and is_dask(x):   # a lazy dask array, computed block by block
         from . import dask
 
         lazy: NDArray = dask.conv2d(x, weight, bias, stride, padding, dilation=dilation, groups=groups,

@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 cimport numpy as cnp
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, calloc, free
 
 cnp.import_array()
@@ -762,22 +762,14 @@ cdef extern from "runtime/fingerprint.h" nogil:
 cdef Py_ssize_t _FINGERPRINT_MAX_SPAN_RATIO = 4
 
 
-def fingerprint(cnp.ndarray array):
-    """(low, high, offset): the XXH3-128 hash of the bytes ``array`` spans, and the byte offset of
-    its first element from the start of that span; or None when the span is more than 4 times the
-    array's size.
-
-    The span is the memory from the array's lowest to its highest element address, whatever its
-    strides (negative and zero included). Its bytes, together with ``offset``, ``shape``, ``strides``
-    and ``dtype``, determine every element, so two arrays with equal tuples and equal
-    (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
-    released for spans of 64 KiB or more; spans of 512 KiB or more are hashed in 256 KiB parts on the
-    call's threads (src/runtime/fingerprint.h: the value does not depend on the thread count)."""
+cdef int _fingerprint_into(cnp.ndarray array, uint64_t hash[2], Py_ssize_t *offset) except -1:
+    """1 with the XXH3-128 hash of the bytes ``array`` spans in ``hash`` and its first element's byte
+    offset in that span in ``offset``; 0 when the span is more than _FINGERPRINT_MAX_SPAN_RATIO times
+    the array's size (see fingerprint)."""
     cdef int axis
     cdef Py_ssize_t extent, low = 0, high = 0
     cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(array)
     cdef Py_ssize_t size = cnp.PyArray_SIZE(array)
-    cdef uint64_t hash[2]
     cdef const char *start
     cdef size_t span
     if size == 0:
@@ -791,7 +783,7 @@ def fingerprint(cnp.ndarray array):
                 high += extent
         span = <size_t>(high - low + itemsize)
         if span > <size_t>(size * itemsize * _FINGERPRINT_MAX_SPAN_RATIO):
-            return None
+            return 0
     start = <const char *>cnp.PyArray_DATA(array) + low
     cdef int status
     cdef int participants = _participants(get_num_threads()) if span >= 2 * FD_FINGERPRINT_PART else 1
@@ -802,4 +794,57 @@ def fingerprint(cnp.ndarray array):
         status = fd_fingerprint(start, span, 1, hash)
     if status != 0:
         raise MemoryError(f"could not allocate the fingerprint of a {span}-byte array")
-    return hash[0], hash[1], -low
+    offset[0] = -low
+    return 1
+
+
+def fingerprint(cnp.ndarray array):
+    """(low, high, offset): the XXH3-128 hash of the bytes ``array`` spans, and the byte offset of
+    its first element from the start of that span; or None when the span is more than 4 times the
+    array's size.
+
+    The span is the memory from the array's lowest to its highest element address, whatever its
+    strides (negative and zero included). Its bytes, together with ``offset``, ``shape``, ``strides``
+    and ``dtype``, determine every element, so two arrays with equal tuples and equal
+    (shape, strides, dtype) hold equal values (up to a 2**-128 chance of collision). The GIL is
+    released for spans of 64 KiB or more; spans of 512 KiB or more are hashed in 256 KiB parts on the
+    call's threads (src/runtime/fingerprint.h: the value does not depend on the thread count)."""
+    cdef uint64_t hash[2]
+    cdef Py_ssize_t offset
+    if not _fingerprint_into(array, hash, &offset):
+        return None
+    return hash[0], hash[1], offset
+
+
+# array_key's words: the span's hash (2), offset, ndim, shape and strides of up to 64 axes (numpy's limit)
+cdef enum:
+    _KEY_MAX_AXES = 64
+    _KEY_WORDS = 4 + 2 * _KEY_MAX_AXES
+
+
+def array_key(array):
+    """(low, high, dtype), or None: a key that determines every element of an ndarray, for the
+    function API's weight cache (fastdeconv/_weight_cache.py). low and high are the XXH3-128 hash of
+    :func:`fingerprint`'s (low, high, offset) together with the array's shape and strides, so equal
+    keys mean equal (fingerprint, shape, strides, dtype), up to a 2**-128 chance of collision: one
+    call and a small tuple, where that 4-tuple of tuples costs several attribute reads and a slower
+    hash on every function call. None for anything but an exact ndarray (a subclass may override
+    indexing) and where fingerprint gives None."""
+    if type(array) is not np.ndarray:
+        return None
+    cdef cnp.ndarray a = <cnp.ndarray>array
+    cdef int64_t words[_KEY_WORDS]
+    cdef uint64_t hash[2]
+    cdef Py_ssize_t offset
+    cdef int axis, ndim = cnp.PyArray_NDIM(a)
+    if ndim > _KEY_MAX_AXES or not _fingerprint_into(a, hash, &offset):
+        return None
+    words[0] = <int64_t>hash[0]
+    words[1] = <int64_t>hash[1]
+    words[2] = offset
+    words[3] = ndim
+    for axis in range(ndim):
+        words[4 + axis] = cnp.PyArray_DIM(a, axis)
+        words[4 + ndim + axis] = cnp.PyArray_STRIDE(a, axis)
+    fd_fingerprint(words, (4 + 2 * ndim) * sizeof(int64_t), 1, hash)   # under FD_FINGERPRINT_PART: never fails
+    return hash[0], hash[1], a.dtype

@@ -4,9 +4,9 @@ weights once per distinct weight *content*, not once per call.
 Each call looks up a :class:`~fastdeconv.ConvTranspose2d` / :class:`~fastdeconv.Conv2d` layer by a
 key made of
 
-* the weight's and the bias's fingerprint (:func:`fastdeconv._cpu.fingerprint`: XXH3-128 of the
-  bytes the array spans, with its first element's offset in that span) plus their shape, strides and
-  dtype: together these determine every element, so an array modified in place, or a new array
+* the weight's and the bias's :func:`fastdeconv._cpu.array_key`: XXH3-128 of the bytes the array
+  spans, with its first element's offset in that span, its shape and strides, and its dtype: together
+  these determine every element, so an array modified in place, or a new array
   allocated where a freed one was, gives a new key and is packed afresh; equal contents in
   different arrays share one layer;
 * (weight and bias must be numpy arrays; other array-likes take the uncached path)
@@ -55,14 +55,6 @@ def _exact(value) -> bool:
     return kind is tuple and all(_exact(item) for item in value)
 
 
-def _array_key(array):
-    """(fingerprint, shape, strides, dtype) of an ndarray, or None when it has none."""
-    if type(array) is not np.ndarray:
-        return None
-    fingerprint = _cpu.fingerprint(array)
-    return None if fingerprint is None else (fingerprint, array.shape, array.strides, array.dtype)
-
-
 class LayerCache:
     """Layers by content-and-arguments key, least recently used first (see the module docstring)."""
 
@@ -78,23 +70,22 @@ class LayerCache:
         when the call cannot be cached (the caller then takes the uncached path, which also raises
         the errors of invalid arguments)."""
         # every call of the function API passes here: the common case (plain ints, arrays) first
-        if self.max_bytes <= 0 or type(weight) is not np.ndarray:
+        if self.max_bytes <= 0:
             return None
         for value in params.values():
             if type(value) is not int and not _exact(value):
                 return None
         if not (_exact(algorithm) and _exact(backend)):
             return None
-        weight_key = _cpu.fingerprint(weight)
+        weight_key = _cpu.array_key(weight)
         if weight_key is None:
             return None
         bias_key = None
         if bias is not None:
-            bias_key = _array_key(bias)
+            bias_key = _cpu.array_key(bias)
             if bias_key is None:
                 return None
-        key = (kind, weight_key, weight.shape, weight.strides, weight.dtype, bias_key, tuple(params.values()),
-               algorithm, backend)
+        key = (kind, weight_key, bias_key, tuple(params.values()), algorithm, backend)
         layer = self._entries.get(key, _MISSING)
         if layer is not _MISSING:
             return layer
@@ -104,7 +95,7 @@ class LayerCache:
             layer = None   # remembered, so that a call that cannot be cached does not try again each time
         # Filed only if the arrays still hold the contents of the key: another thread that wrote to
         # them while the layer copied them would otherwise file other contents' layer under this key.
-        if _cpu.fingerprint(weight) == weight_key and (bias is None or _array_key(bias) == bias_key):
+        if _cpu.array_key(weight) == weight_key and (bias is None or _cpu.array_key(bias) == bias_key):
             self._insert(key, layer)
         return layer
 

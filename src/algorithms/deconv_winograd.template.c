@@ -189,8 +189,8 @@ static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, win
            winograd_share_axis(geo->kernel_w, geo->stride_w, geo->pad_left, geo->out_w, Cig, ax);
 }
 
-/* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (the GEMM
- * row tiles, MR = 6, 8 and 12, divide it); at least 48 when one point's U is over 32 KiB, so that each
+/* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (whole GEMM
+ * row tiles where MR is 4, 6 or 12; MR 5, 8 and 24 end a chunk on a partial one); at least 48 when one point's U is over 32 KiB, so that each
  * GEMM reads its B for enough rows, else at least 12 (smaller chunks suit the smaller layers). */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;

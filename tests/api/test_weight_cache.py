@@ -205,6 +205,25 @@ def test_fingerprint_is_a_function_of_the_content():
     assert _cpu.fingerprint(np.broadcast_to(np.float32(1), (4, 4))) is not None   # zero strides: span 1
 
 
+def test_array_key_tells_apart_every_layout_of_the_same_bytes():
+    """array_key folds the offset, shape and strides into its hash and keeps the dtype: the same bytes
+    seen as another shape, order, view or dtype give another key; equal arrays give the same one."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 3, 3, 6)).astype(np.float32)
+    key = _cpu.array_key(a)
+    assert key == _cpu.array_key(a.copy()) and key[2] == np.float32
+    others = [a.reshape(4, 3, 6, 3), a.reshape(12, 18), a[::-1], a[:, :, :, ::-1], a[1:], a[:, :, :, :5],
+              a.view(np.int32), a.view(np.dtype(">f4")), np.asfortranarray(a), a.transpose(0, 2, 1, 3)]
+    keys = {_cpu.array_key(view) for view in others}
+    assert len(keys) == len(others) and key not in keys
+    changed = a.copy()
+    changed.view(np.uint32)[3, 2, 2, 5] ^= 1     # the last bit
+    assert _cpu.array_key(changed) != key
+    assert _cpu.array_key(a.tolist()) is None and _cpu.array_key(np.ma.masked_array(a)) is None   # not ndarrays
+    assert _cpu.array_key(rng.standard_normal(100)[::10]) is None     # a sparse view, as fingerprint
+    assert _cpu.array_key(np.empty((0, 3), np.float32)) != _cpu.array_key(np.empty((3, 0), np.float32))
+
+
 def test_fingerprint_of_a_large_array_is_the_same_on_any_thread_count():
     """Spans of 512 KiB or more are hashed in parts on the pool: same value at 1 and 3 threads, and a
     change in any part (the last, partial one included) changes it."""
