@@ -75,7 +75,8 @@ class LayerCache:
         for value in params.values():
             if type(value) is not int and not _exact(value):
                 return None
-        if not (_exact(algorithm) and _exact(backend)):
+        if not ((algorithm is None or type(algorithm) is str) and type(backend) is str) and \
+                not (_exact(algorithm) and _exact(backend)):
             return None
         weight_key = _cpu.array_key(weight)
         if weight_key is None:
