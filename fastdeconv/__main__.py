@@ -136,8 +136,9 @@ def build_parser(prog="fastdeconv"):
                        help="threads for fastdeconv, the peers and the sgemm peak (default: fastdeconv's "
                             "default, OMP_NUM_THREADS or the CPUs it may use)")
     bench.add_argument("--seconds", type=_positive(float, "seconds"), default=0.5, metavar="S",
-                       help="time spent timing each cell (implementation x case); the median call is reported "
-                            "(default 0.5; at least 5 calls are made however small S is)")
+                       help="time spent timing each cell (implementation x case), in two rounds in which "
+                            "the implementations take turns; the lesser of the rounds' median calls is reported "
+                            "(default 0.5; at least 5 calls a round are made however small S is)")
     bench.add_argument("--repeat", type=_positive(float, "seconds"), dest="seconds", metavar="S",
                        action=_DeprecatedAlias, instead="--seconds",
                        help="deprecated alias of --seconds (it always meant seconds per cell, not a count)")

@@ -111,6 +111,11 @@ CASES = {case.name: case for case in SUITE + CONV_SUITE}
 OWN_NAME_SUITES = ("field", "narrow")
 
 
+#: Rounds in which the implementations of a case take turns (measure_case): each is timed for
+#: seconds / ROUNDS per round, and its time is the least of its rounds' medians.
+ROUNDS = 2
+
+
 def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
     """Median wall time of fn() over about `seconds` of calls, after warm-up."""
     for _ in range(warmup):
@@ -253,22 +258,34 @@ class Peers:
             self._said.add(line)
             print(line, file=self.log, flush=True)
 
-    def measure(self, row, case, x, w, b, ref, threads, seconds):
+    def runners(self, row, case, x, w, b, ref, threads):
+        """{row key of its seconds: run} of the peers that run the case; each one's error goes into the row
+        now, and a peer that fails (to build, to run or later while timed: :meth:`failed`) leaves its cell
+        empty, with the reason said once."""
+        runs = {}
         for spec in PEERS:
             if spec.key not in self.loaded:
                 continue
             try:
                 run, result = spec.runner(self.loaded[spec.key], case, x, w, b, threads)
                 error = _relative_error(result(), ref)
-                elapsed = median_seconds(run, seconds)
             except Exception as exc:  # noqa: BLE001 - a peer failing on a case leaves that cell empty
-                reason = _reason(exc)
-                self.status[spec.name]["failed"][case.name] = reason
-                self._say(f"bench: skipping {spec.name} (case {case.name}): {reason}")
+                self.failed(spec.key, case, exc)
                 continue
             row[f"{spec.key}_max_rel_err"] = error
-            row[f"{spec.key}_s"] = elapsed
-            self.status[spec.name]["ran"].append(case.name)
+            runs[f"{spec.key}_s"] = run
+        return runs
+
+    def failed(self, key, case, exc):
+        spec = next(spec for spec in PEERS if spec.key == key)
+        reason = _reason(exc)
+        self.status[spec.name]["failed"][case.name] = reason
+        self._say(f"bench: skipping {spec.name} (case {case.name}): {reason}")
+
+    def ran(self, row, case):
+        for spec in PEERS:
+            if f"{spec.key}_s" in row:
+                self.status[spec.name]["ran"].append(case.name)
 
     def summary(self):
         """One line: which peers ran, on how many cases, and which were skipped."""
@@ -394,16 +411,37 @@ def measure_case(case, threads, seconds=0.5, peers=True, candidates=False):
            "description": case.describe()[len(case.name):].strip()}
     out = function(x, w, b, **case.kwargs)
     row["max_rel_err"] = _relative_error(out, ref)
-    row["fastdeconv_s"] = median_seconds(lambda: function(x, w, b, **case.kwargs), seconds)
     plan = layer_class(w, b, **case.kwargs)
     row["plan_max_rel_err"] = _relative_error(plan(x), ref)
-    row["plan_s"] = median_seconds(lambda: plan(x, out=out), seconds)
     row["algorithm"] = plan.algorithm
+    runs = {"fastdeconv_s": lambda: function(x, w, b, **case.kwargs), "plan_s": lambda: plan(x, out=out)}
+    if peers:
+        runs.update(peers.runners(row, case, x, w, b, ref, threads))
+    _time_in_rounds(row, runs, seconds, peers or None, case)
+    if peers:
+        peers.ran(row, case)
     if candidates:
         row["candidates"] = _time_candidates(case, layer_class, x, w, b, out, ref, seconds)
-    if peers:
-        peers.measure(row, case, x, w, b, ref, threads, seconds)
     return row
+
+
+def _time_in_rounds(times, runs, seconds, peers=None, case=None):
+    """times[key] = the least of ROUNDS medians of runs[key]() (each over seconds / ROUNDS), the runs
+    taking turns round by round: a burst of the machine's noise, or a BLAS pool still spinning after the
+    reference, then slows one round of every run instead of all of one run. A peer's run that raises
+    is dropped (peers.failed) and its cell stays empty."""
+    for _ in range(ROUNDS):
+        for key, run in list(runs.items()):
+            try:
+                elapsed = median_seconds(run, seconds / ROUNDS)
+            except Exception as exc:  # noqa: BLE001 - only a peer's run may fail here (ours raise in the checks above)
+                if peers is None or key in ("fastdeconv_s", "plan_s"):
+                    raise
+                peers.failed(key[:-len("_s")], case, exc)
+                del runs[key]
+                times.pop(key, None)
+                continue
+            times[key] = min(times.get(key, elapsed), elapsed)
 
 
 def _time_candidates(case, layer_class, x, w, b, out, ref, seconds):
@@ -413,7 +451,7 @@ def _time_candidates(case, layer_class, x, w, b, out, ref, seconds):
 
     resolve = resolve_conv_transpose2d if case.transposed else resolve_conv2d
     geometry = resolve(x.shape, w.shape, **case.kwargs)
-    times = {}
+    times, runs = {}, {}
     for name in algorithms(case.transposed):
         if not supports(name, geometry):
             continue
@@ -421,7 +459,8 @@ def _time_candidates(case, layer_class, x, w, b, out, ref, seconds):
         error = _relative_error(plan(x), ref)
         if error > 1e-4:
             raise AssertionError(f"case {case.name}: algorithm {name} differs from the reference by {error:.2e}")
-        times[name] = median_seconds(lambda: plan(x, out=out), seconds)
+        runs[name] = lambda plan=plan: plan(x, out=out)
+    _time_in_rounds(times, runs, seconds)
     return times
 
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fastdeconv
@@ -252,6 +253,54 @@ def test_bench_peer_failing_at_run_time_leaves_its_cell_empty():
     assert "torch_cl_s" not in row and "plan_s" in row
     assert peers.status["torch"]["failed"] == {"seed_group": "OSError: stub: the peer's library vanished"}
     assert "failed on seed_group" in peers.summary()
+
+
+def test_bench_peer_failing_while_timed_leaves_its_cell_empty():
+    """A peer whose result checks out but whose timed run raises: the rounds go on without it."""
+    def runner(modules, case, x, w, b, threads):
+        def run():
+            raise OSError("stub: failed on a later call")
+        return run, lambda: np.zeros((1,) + bench._output_hw(case) + (case.out_channels,), np.float32)
+
+    peers = bench.Peers(enabled=False)
+    peers.loaded["torch_cl"] = object()
+    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
+    original = bench.PEERS
+    bench.PEERS = [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner)]
+    try:
+        row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
+    finally:
+        bench.PEERS = original
+    assert "torch_cl_s" not in row and "torch_cl_max_rel_err" in row and row["plan_s"] > 0
+    assert peers.status["torch"]["failed"] == {"seed_group": "OSError: stub: failed on a later call"}
+    assert peers.status["torch"]["ran"] == []
+
+
+def test_implementations_take_turns_and_keep_their_best_round(monkeypatch):
+    """measure_case times each implementation once per round, in turn, and keeps its least round: a
+    slow spell in one round (here the first) does not decide a cell."""
+    calls = []
+    slow_rounds = iter([0.5, 0.5, 0.5, 0.1, 0.1, 0.1])   # fastdeconv, plan, torch per round
+
+    def fake_median(run, seconds, **kwargs):
+        calls.append(run.__name__ if hasattr(run, "__name__") else "?")
+        return next(slow_rounds)
+
+    def runner(modules, case, x, w, b, threads):
+        def peer_run():
+            return None
+        return peer_run, lambda: np.zeros((1,) + bench._output_hw(case) + (case.out_channels,), np.float32)
+
+    peers = bench.Peers(enabled=False)
+    peers.loaded["torch_cl"] = object()
+    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
+    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner)])
+    monkeypatch.setattr(bench, "median_seconds", fake_median)
+    monkeypatch.setattr(bench, "ROUNDS", 2)
+    row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
+    assert calls == ["<lambda>", "<lambda>", "peer_run"] * 2
+    assert row["fastdeconv_s"] == row["plan_s"] == row["torch_cl_s"] == 0.1
+    assert peers.status["torch"]["ran"] == ["seed_group"]
 
 
 def test_onnx_model_has_an_ir_version_onnxruntime_reads():
