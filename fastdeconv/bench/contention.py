@@ -41,6 +41,8 @@ import time
 
 import numpy as np
 
+from .suites import ORT_SPIN_SECONDS
+
 #: The latency bounds this tool reports against.
 P50_RATIO_TARGET = 1.25
 P99_RATIO_TARGET = 3.0
@@ -149,11 +151,6 @@ def measure_cell(case, seconds):
     return np.array(single), np.array(default)
 
 
-#: onnxruntime's idle threads spin for a while after a run (about 90 ms measured here): "alone" calls
-#: wait this long after the last onnxruntime run.
-ORT_SPIN_SECONDS = 0.2
-
-
 def _ort_session(case, w, b, spinning=True):
     """An onnxruntime session of the case's layer on as many threads as our default (onnxruntime's own
     default counts physical cores, ignoring a CPU affinity mask). With spinning (onnxruntime's default)
@@ -174,8 +171,8 @@ def _ort_session(case, w, b, spinning=True):
 
 
 def measure_after_ort(case, seconds, block=15):
-    """Times (s) of the default-threads plan call: alone (ORT_SPIN_SECONDS after any onnxruntime run),
-    right after a run of an onnxruntime session whose threads spin, and right after one whose threads
+    """Times (s) of the default-threads plan call: alone (ORT_SPIN_SECONDS, the time onnxruntime's idle
+    threads spin, after any onnxruntime run), right after a run of an onnxruntime session whose threads spin, and right after one whose threads
     sleep; blocks of `block` calls of each kind take turns."""
     import fastdeconv
 

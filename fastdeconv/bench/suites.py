@@ -216,6 +216,11 @@ def _ort_runner(modules, case, x, w, b, threads):
     return run, lambda: run().transpose(0, 2, 3, 1)
 
 
+#: onnxruntime's idle intra-op threads spin for a while after a run (30-90 ms measured:
+#: asv_benches/NOTES.md), on the CPUs that whatever is timed next needs.
+ORT_SPIN_SECONDS = 0.2
+
+
 @dataclass(frozen=True)
 class PeerSpec:
     key: str        # row keys: f"{key}_s", f"{key}_max_rel_err"
@@ -223,10 +228,11 @@ class PeerSpec:
     column: str     # the table's header
     load: object
     runner: object
+    settle_seconds: float = 0.0   # waited after each of its turns, until its threads are idle
 
 
 PEERS = [PeerSpec("torch_cl", "torch", "torch ms", _load_torch, _torch_runner),
-         PeerSpec("ort", "onnxruntime", "ORT ms", _load_ort, _ort_runner)]
+         PeerSpec("ort", "onnxruntime", "ORT ms", _load_ort, _ort_runner, ORT_SPIN_SECONDS)]
 
 
 class Peers:
@@ -427,13 +433,16 @@ def measure_case(case, threads, seconds=0.5, peers=True, candidates=False):
 
 def _time_in_rounds(times, runs, seconds, peers=None, case=None):
     """times[key] = the least of ROUNDS medians of runs[key]() (each over seconds / ROUNDS), the runs
-    taking turns round by round: a burst of the machine's noise, or a BLAS pool still spinning after the
-    reference, then slows one round of every run instead of all of one run. A peer's run that raises
-    is dropped (peers.failed) and its cell stays empty."""
+    taking turns round by round: a burst of the machine's noise then slows one round of every run
+    instead of all of one run. After a peer's turn, its PeerSpec.settle_seconds pass before the next
+    run is timed. A peer's run that raises is dropped (peers.failed) and its cell stays empty."""
+    settle = {f"{spec.key}_s": spec.settle_seconds for spec in PEERS}
     for _ in range(ROUNDS):
         for key, run in list(runs.items()):
             try:
                 elapsed = median_seconds(run, seconds / ROUNDS)
+                if settle.get(key):
+                    time.sleep(settle[key])
             except Exception as exc:  # noqa: BLE001 - only a peer's run may fail here (ours raise in the checks above)
                 if peers is None or key in ("fastdeconv_s", "plan_s"):
                     raise

@@ -278,7 +278,8 @@ def test_bench_peer_failing_while_timed_leaves_its_cell_empty():
 
 def test_implementations_take_turns_and_keep_their_best_round(monkeypatch):
     """measure_case times each implementation once per round, in turn, and keeps its least round: a
-    slow spell in one round (here the first) does not decide a cell."""
+    slow spell in one round (here the first) does not decide a cell. After a peer whose threads spin
+    on when idle (onnxruntime's), its settle_seconds pass before the next implementation is timed."""
     calls = []
     slow_rounds = iter([0.5, 0.5, 0.5, 0.1, 0.1, 0.1])   # fastdeconv, plan, torch per round
 
@@ -294,11 +295,12 @@ def test_implementations_take_turns_and_keep_their_best_round(monkeypatch):
     peers = bench.Peers(enabled=False)
     peers.loaded["torch_cl"] = object()
     peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
-    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner)])
+    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner, 0.25)])
     monkeypatch.setattr(bench, "median_seconds", fake_median)
     monkeypatch.setattr(bench, "ROUNDS", 2)
+    monkeypatch.setattr(bench.time, "sleep", lambda seconds: calls.append(f"sleep {seconds}"))
     row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
-    assert calls == ["<lambda>", "<lambda>", "peer_run"] * 2
+    assert calls == ["<lambda>", "<lambda>", "peer_run", "sleep 0.25"] * 2   # the peer's threads settle
     assert row["fastdeconv_s"] == row["plan_s"] == row["torch_cl_s"] == 0.1
     assert peers.status["torch"]["ran"] == ["seed_group"]
 
