@@ -172,8 +172,8 @@ def _ort_session(case, w, b, spinning=True):
 
 def measure_after_ort(case, seconds, block=15):
     """Times (s) of the default-threads plan call: alone (ORT_SPIN_SECONDS, the time onnxruntime's idle
-    threads spin, after any onnxruntime run), right after a run of an onnxruntime session whose threads spin, and right after one whose threads
-    sleep; blocks of `block` calls of each kind take turns."""
+    threads spin, after any onnxruntime run), right after a run of an onnxruntime session whose threads
+    spin, and right after one whose threads sleep; blocks of `block` calls of each kind take turns."""
     import fastdeconv
 
     x, w, b = case.arrays()

@@ -441,16 +441,16 @@ def _time_in_rounds(times, runs, seconds, peers=None, case=None):
         for key, run in list(runs.items()):
             try:
                 elapsed = median_seconds(run, seconds / ROUNDS)
-                if settle.get(key):
-                    time.sleep(settle[key])
-            except Exception as exc:  # noqa: BLE001 - only a peer's run may fail here (ours raise in the checks above)
+            except Exception as exc:  # noqa: BLE001 - a peer's run failing leaves its cell empty
                 if peers is None or key in ("fastdeconv_s", "plan_s"):
-                    raise
+                    raise   # ours (their results were checked before) and the candidates'
                 peers.failed(key[:-len("_s")], case, exc)
                 del runs[key]
                 times.pop(key, None)
                 continue
             times[key] = min(times.get(key, elapsed), elapsed)
+            if settle.get(key):
+                time.sleep(settle[key])
 
 
 def _time_candidates(case, layer_class, x, w, b, out, ref, seconds):

@@ -235,42 +235,42 @@ def test_bench_survives_an_unimportable_torch(tmp_path):
     assert data["sgemm_peak_gflops"] is None and "threadpoolctl" in data["note"]
 
 
-def test_bench_peer_failing_at_run_time_leaves_its_cell_empty():
+def _stub_torch_peer(monkeypatch, runner, settle_seconds=0.0):
+    """Peers whose only peer is a "torch" made by ``runner`` (PeerSpec.runner's signature)."""
+    peers = bench.Peers(enabled=False)
+    peers.loaded["torch_cl"] = object()
+    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
+    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner,
+                                                        settle_seconds)])
+    return peers
+
+
+def _zeros_like_result(case):
+    return np.zeros((1,) + bench._output_hw(case) + (case.out_channels,), np.float32)
+
+
+def test_bench_peer_failing_at_run_time_leaves_its_cell_empty(monkeypatch):
     def runner(modules, case, x, w, b, threads):
         def run():
             raise OSError("stub: the peer's library vanished")
         return run, run
 
-    peers = bench.Peers(enabled=False)
-    peers.loaded["torch_cl"] = object()
-    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
-    original = bench.PEERS
-    bench.PEERS = [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner)]
-    try:
-        row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
-    finally:
-        bench.PEERS = original
+    peers = _stub_torch_peer(monkeypatch, runner)
+    row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
     assert "torch_cl_s" not in row and "plan_s" in row
     assert peers.status["torch"]["failed"] == {"seed_group": "OSError: stub: the peer's library vanished"}
     assert "failed on seed_group" in peers.summary()
 
 
-def test_bench_peer_failing_while_timed_leaves_its_cell_empty():
+def test_bench_peer_failing_while_timed_leaves_its_cell_empty(monkeypatch):
     """A peer whose result checks out but whose timed run raises: the rounds go on without it."""
     def runner(modules, case, x, w, b, threads):
         def run():
             raise OSError("stub: failed on a later call")
-        return run, lambda: np.zeros((1,) + bench._output_hw(case) + (case.out_channels,), np.float32)
+        return run, lambda: _zeros_like_result(case)
 
-    peers = bench.Peers(enabled=False)
-    peers.loaded["torch_cl"] = object()
-    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
-    original = bench.PEERS
-    bench.PEERS = [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner)]
-    try:
-        row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
-    finally:
-        bench.PEERS = original
+    peers = _stub_torch_peer(monkeypatch, runner)
+    row = bench.measure_case(bench.CASES["seed_group"], 1, 0.0, peers)
     assert "torch_cl_s" not in row and "torch_cl_max_rel_err" in row and row["plan_s"] > 0
     assert peers.status["torch"]["failed"] == {"seed_group": "OSError: stub: failed on a later call"}
     assert peers.status["torch"]["ran"] == []
@@ -284,18 +284,15 @@ def test_implementations_take_turns_and_keep_their_best_round(monkeypatch):
     slow_rounds = iter([0.5, 0.5, 0.5, 0.1, 0.1, 0.1])   # fastdeconv, plan, torch per round
 
     def fake_median(run, seconds, **kwargs):
-        calls.append(run.__name__ if hasattr(run, "__name__") else "?")
+        calls.append(run.__name__)
         return next(slow_rounds)
 
     def runner(modules, case, x, w, b, threads):
         def peer_run():
             return None
-        return peer_run, lambda: np.zeros((1,) + bench._output_hw(case) + (case.out_channels,), np.float32)
+        return peer_run, lambda: _zeros_like_result(case)
 
-    peers = bench.Peers(enabled=False)
-    peers.loaded["torch_cl"] = object()
-    peers.status["torch"] = {"version": "torch stub", "ran": [], "skipped": None, "failed": {}}
-    monkeypatch.setattr(bench, "PEERS", [bench.PeerSpec("torch_cl", "torch", "torch ms", None, runner, 0.25)])
+    peers = _stub_torch_peer(monkeypatch, runner, settle_seconds=0.25)
     monkeypatch.setattr(bench, "median_seconds", fake_median)
     monkeypatch.setattr(bench, "ROUNDS", 2)
     monkeypatch.setattr(bench.time, "sleep", lambda seconds: calls.append(f"sleep {seconds}"))
