@@ -189,9 +189,10 @@ static int winograd_shared(const fd_geometry *geo, winograd_shared_axis *ay, win
            winograd_share_axis(geo->kernel_w, geo->stride_w, geo->pad_left, geo->out_w, Cig, ax);
 }
 
-/* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (whole GEMM
- * row tiles where MR is 4, 6 or 12; MR 5, 8 and 24 end a chunk on a partial one); at least 48 when one point's U is over 32 KiB, so that each
- * GEMM reads its B for enough rows, else at least 12 (smaller chunks suit the smaller layers). */
+/* Tiles per chunk: V, M and their row pointers take FD_WINOGRAD_CHUNK_BYTES, in multiples of 12 tiles (whole
+ * GEMM row tiles where MR is 4, 6 or 12; MR 5, 8 and 24 end a chunk on a partial one); at least 48 when one
+ * point's U is over 32 KiB, so that each GEMM reads its B for enough rows, else at least 12 (smaller chunks suit
+ * the smaller layers). */
 static ptrdiff_t winograd_chunk_tiles(const fd_geometry *geo, int dtype) {
     const ptrdiff_t Cig = geo->in_channels / geo->groups, Cog = geo->out_channels / geo->groups;
     const ptrdiff_t points = winograd_max_points(geo->kernel_h, geo->stride_h, Cig) *
