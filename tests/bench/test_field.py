@@ -108,6 +108,18 @@ def test_field_summary_lines_name_the_worst_layers_and_the_choice():
     assert "fastest candidate col2im" in lines[-1]
 
 
+def test_field_summary_judges_the_choice_by_its_own_candidate_cell():
+    """The plan cell, timed in other turns, may read slower than the same kernel's candidate cell; the
+    choice is judged among the candidates, and by the plan only where it is not one of them."""
+    row = {"case": "c", "algorithm": "phase", "description": "d", "plan_s": 1.5, "fastdeconv_s": 1.5,
+           "candidates": {"phase": 1.0, "col2im": 0.95}}
+    assert "automatic choice within 10 % of the fastest algorithm: 1 of 1 layers" in bench.field_summary([row])
+    row["candidates"]["phase"] = 1.2
+    assert "automatic choice within 10 % of the fastest algorithm: 0 of 1 layers" in bench.field_summary([row])
+    row["algorithm"], row["plan_s"] = "winograd", 1.0
+    assert "automatic choice within 10 % of the fastest algorithm: 1 of 1 layers" in bench.field_summary([row])
+
+
 @pytest.mark.parametrize("suite", ["field", "narrow"])
 def test_cli_lists_and_runs_the_suite(suite, capsys, monkeypatch):
     cases = bench.suite_cases(suite)
