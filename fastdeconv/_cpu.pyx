@@ -97,6 +97,7 @@ cdef extern from "algorithms/algorithm.h" nogil:
     ctypedef fd_workspace (*fd_workspace_fn)(const fd_geometry *geo, int dtype) noexcept nogil
     ctypedef Py_ssize_t (*fd_tasks_fn)(const fd_geometry *geo, int threads, fd_task *tasks) noexcept nogil
     ctypedef int (*fd_run_fn)(const fd_operands *op, const fd_task *task, void *workspace) noexcept nogil
+    ctypedef const char *(*fd_delegate_fn)(const fd_geometry *geo) noexcept nogil
     ctypedef struct fd_algorithm:
         const char *name
         int transposed
@@ -105,6 +106,7 @@ cdef extern from "algorithms/algorithm.h" nogil:
         fd_workspace_fn workspace
         fd_tasks_fn tasks
         fd_run_fn run[2]
+        fd_delegate_fn delegate
     const fd_algorithm *const fd_algorithms[]
     const int fd_algorithm_count
 
@@ -380,6 +382,17 @@ def unsupported(str name, geometry):
     cdef fd_geometry geo = _c_geometry(geometry)
     cdef const char *reason = alg.unsupported(&geo)
     return None if reason == NULL else reason.decode()
+
+
+def delegate(str name, geometry):
+    """The algorithm whose kernel runs this geometry for `name`, on its own packing (which `name`'s
+    packing holds), or None where `name`'s own kernel runs it."""
+    cdef const fd_algorithm *alg = _algorithm(name, geometry.transposed)
+    if alg.delegate == NULL:
+        return None
+    cdef fd_geometry geo = _c_geometry(geometry)
+    cdef const char *other = alg.delegate(&geo)
+    return None if other == NULL else other.decode()
 
 
 cdef int _dtype_index(dtype) except -1:

@@ -365,6 +365,12 @@ class PackedLayer:
     first input of that orientation comes, from the weight array it was given (which the backend
     protocol makes the caller's own, unchanged copy).
 
+    An algorithm that hands small calls to another's kernel (``winograd``: to ``phase`` / ``im2col``,
+    :func:`_cpu.delegate`) packs on the first call: that algorithm's weights for a small call, else its
+    own transformed weights, which hold the other's packing too; later calls of any size run on the own
+    packing once it is made, and the delegate's is let go (held on only by the runners of shapes that
+    ran before). A layer only ever called on small inputs holds no transformed weights.
+
     A layer of few channels per group runs its groups merged (group_merge), unless ``merge_groups`` is
     False. A zero weight times an Inf or NaN input is NaN, which would reach the other groups of the
     merged one, so a call whose input holds either runs the groups unmerged (a second packing, made on
@@ -393,14 +399,19 @@ class PackedLayer:
             weight = convolution_weight(np.asarray(weight), geometry)
             geometry = as_convolution(geometry)
         weight = np.ascontiguousarray(weight, self.dtype)
-        self._packs = {}   # axes exchanged (bool) -> _cpu.PackedWeights
+        self._packs = {}   # (C algorithm, axes exchanged) -> _cpu.PackedWeights
         # both orientations run from one packing when exchanging the axes leaves it as it is
         self._one_packing = _packing(_exchanged_packing(geometry)) == _packing(geometry)
-        # Kept for the orientation not packed yet (the caller's own copy: protocol.py). Whatever this
-        # geometry's pads: a Dask block kernel runs one layer for blocks whose pads differ.
-        self._weight = weight if geometry.kernel_hw[0] == 1 and not self._one_packing else None
         exchanged = self._exchanged(geometry)
-        self._pack(weight, exchanged or geometry, exchanged is not None)
+        packing = self._packing_for(exchanged or geometry, exchanged is not None)
+        # Kept for a packing not made yet (the caller's own copy: protocol.py): the other orientation's,
+        # or, where the layer's geometry (an empty probe) is one that its algorithm delegates, whichever
+        # the first call needs. Whatever this geometry's pads: a Dask block kernel runs one layer for
+        # blocks whose pads differ.
+        self._weight = weight if (geometry.kernel_hw[0] == 1 and not self._one_packing) or \
+            packing != self._kernel_algorithm else None
+        if packing == self._kernel_algorithm:
+            self._pack(packing, weight, exchanged or geometry, exchanged is not None)
         # rounded to the result dtype first (float16 results: exactly as conv_transpose2d rounds it)
         self.bias = None if bias is None else np.asarray(bias, dtype=dtype).astype(self.dtype, copy=False)
         self._runners = BoundedCache(CACHE_SHAPES)   # (geometry, threads) -> _cpu.Runner
@@ -413,22 +424,35 @@ class PackedLayer:
         exchanged = rows_for_columns(geometry)
         return exchanged if exchanged is not None and supports(self._kernel_algorithm, exchanged) else None
 
-    def _pack(self, weight, geometry: ConvGeometry, exchanged: bool) -> _cpu.PackedWeights:
-        key = exchanged and not self._one_packing
+    def _packing_for(self, geometry: ConvGeometry, exchanged: bool) -> str:
+        """The C algorithm whose packing runs this geometry: the layer's own, or, until that is packed
+        (its blob holds the other's too), the one it delegates this geometry to (_cpu.delegate: the
+        small calls of winograd, run by phase's or im2col's kernel on that algorithm's own packing). So
+        a layer only ever called on small inputs holds no transformed weights."""
+        if (self._kernel_algorithm, exchanged and not self._one_packing) in self._packs:
+            return self._kernel_algorithm
+        return _cpu.delegate(self._kernel_algorithm, geometry) or self._kernel_algorithm
+
+    def _pack(self, algorithm: str, weight, geometry: ConvGeometry, exchanged: bool) -> _cpu.PackedWeights:
+        key = (algorithm, exchanged and not self._one_packing)
         if key not in self._packs:
-            self._packs[key] = _cpu.PackedWeights(self._kernel_algorithm,
-                                                  _exchange_axes(weight) if exchanged else weight, geometry)
+            if algorithm == self._kernel_algorithm:   # its blob holds the delegate's packing: let that go first
+                for other in [k for k in self._packs if k[1] == key[1]]:
+                    self._packs.pop(other, None)
+            self._packs[key] = _cpu.PackedWeights(algorithm, _exchange_axes(weight) if exchanged else weight,
+                                                  geometry)
         return self._packs[key]
 
     @property
-    def packed(self) -> _cpu.PackedWeights:
-        """The packed weights of the orientation packed first."""
-        return next(iter(self._packs.values()))
+    def packed(self) -> _cpu.PackedWeights | None:
+        """The packed weights made first (None until the first call, for a layer that packs then)."""
+        return next(iter(self._packs.values()), None)
 
     @property
     def nbytes(self) -> int:
-        """The bytes of the packed weights (both orientations, when both were needed; the unmerged
-        groups', when an input needed them)."""
+        """The bytes of the packed weights (both orientations, when both were needed; the algorithm's
+        own and the one it delegates small calls to, when both were needed; the unmerged groups', when an
+        input needed them)."""
         return sum(p.nbytes for p in self._packs.values()) + (0 if self._unmerged is None else self._unmerged.nbytes)
 
     def _make_runner(self, geometry: ConvGeometry) -> _cpu.Runner:
@@ -439,7 +463,8 @@ class PackedLayer:
                                  f"this layer runs as a convolution and cannot run them")
             geometry = convolution
         exchanged = self._exchanged(geometry)
-        packed = self._pack(self._weight, exchanged or geometry, exchanged is not None)
+        packing = self._packing_for(exchanged or geometry, exchanged is not None)
+        packed = self._pack(packing, self._weight, exchanged or geometry, exchanged is not None)
         return _cpu.Runner(packed, self.bias, exchanged or geometry)
 
     def runner(self, geometry: ConvGeometry) -> _cpu.Runner:

@@ -74,6 +74,10 @@ typedef int (*fd_pack_fn)(const fd_geometry *geo, const void *weight, void *blob
 typedef fd_workspace (*fd_workspace_fn)(const fd_geometry *geo, int dtype);
 typedef ptrdiff_t (*fd_tasks_fn)(const fd_geometry *geo, int threads, fd_task *tasks);
 typedef int (*fd_run_fn)(const fd_operands *op, const fd_task *task, void *workspace);
+/* The name of the algorithm (of the same kind) whose kernel runs this geometry instead, on its own
+ * packing, which this algorithm's blob holds and passes it unchanged; NULL where this one's kernel runs it.
+ * A caller may pack just that algorithm until a geometry that needs this one's own packing comes. */
+typedef const char *(*fd_delegate_fn)(const fd_geometry *geo);
 
 typedef struct {
     const char *name;
@@ -83,6 +87,7 @@ typedef struct {
     fd_workspace_fn workspace;
     fd_tasks_fn tasks;
     fd_run_fn run[FD_NUM_DTYPES];
+    fd_delegate_fn delegate; /* NULL: never delegates */
 } fd_algorithm;
 
 /* The table (algorithms.c). */
@@ -241,12 +246,17 @@ static inline void fd_phase_taps(ptrdiff_t stride, ptrdiff_t kernel, ptrdiff_t d
 /* The same, listed under another name: names are per kind (a convolution and a transposed
  * convolution may share one), C symbols are not. */
 #define FD_DEFINE_NAMED_ALGORITHM(name, listed_name, is_transposed)                                          \
+    FD_DEFINE_DELEGATING_ALGORITHM(name, listed_name, is_transposed, NULL)
+
+/* The same, with an fd_delegate_fn: small calls that another algorithm's kernel runs on its own packing. */
+#define FD_DEFINE_DELEGATING_ALGORITHM(name, listed_name, is_transposed, delegate_fn)                         \
     const fd_algorithm fd_algorithm_##name = {listed_name,                                                   \
                                               is_transposed,                                                 \
                                               name##_unsupported,                                            \
                                               {fd_s##name##_pack, fd_d##name##_pack},                        \
                                               name##_workspace,                                              \
                                               name##_tasks,                                                  \
-                                              {fd_s##name##_run, fd_d##name##_run}};
+                                              {fd_s##name##_run, fd_d##name##_run},                          \
+                                              delegate_fn};
 
 #endif

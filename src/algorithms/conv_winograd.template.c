@@ -199,7 +199,11 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 
-FD_DEFINE_NAMED_ALGORITHM(conv_winograd, "winograd", 0)
+static const char *conv_winograd_delegate(const fd_geometry *geo) {
+    return conv_winograd_direct(geo) ? "im2col" : NULL;
+}
+
+FD_DEFINE_DELEGATING_ALGORITHM(conv_winograd, "winograd", 0, conv_winograd_delegate)
 
 #else
 

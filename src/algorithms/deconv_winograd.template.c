@@ -312,7 +312,9 @@ enum { WINOGRAD_WEIGHTS_FINITE, WINOGRAD_PHASE_BLOB, WINOGRAD_MATRICES };
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 
-FD_DEFINE_ALGORITHM(winograd, 1)
+static const char *winograd_delegate(const fd_geometry *geo) { return winograd_direct(geo) ? "phase" : NULL; }
+
+FD_DEFINE_DELEGATING_ALGORITHM(winograd, "winograd", 1, winograd_delegate)
 
 #else
 

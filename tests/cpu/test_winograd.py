@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -468,6 +469,56 @@ def test_small_inputs_run_the_direct_kernel(op, hw, direct):
         got, direct_result = run("winograd"), run("im2col")
     assert np.array_equal(got, direct_result) == direct
     np.testing.assert_allclose(got, direct_result, rtol=1e-4, atol=1e-4)
+
+
+def _lazy_case(op, rng):
+    """A winograd layer of 64 -> 32 channels, k3 s1 p1, its direct algorithm, and a forced direct layer."""
+    if op == "deconv":
+        w = rng.standard_normal((64, 3, 3, 32)).astype(np.float32)
+        return fastdeconv.ConvTranspose2d, w, "phase"
+    return fastdeconv.Conv2d, rng.standard_normal((32, 3, 3, 64)).astype(np.float32), "im2col"
+
+
+@pytest.mark.parametrize("op", ["deconv", "conv"])
+def test_small_calls_pack_only_the_direct_kernels_weights_until_a_large_one(op):
+    """A "winograd" layer packs on its first call: for a small one, the weights of the kernel that runs
+    it (phase / im2col: _cpu.delegate); its transformed weights on the first call that needs them,
+    letting the other packing go (its own blob holds it). Small calls give the direct kernel's bits before and after:
+    on the direct packing (a runner made before) or through winograd's own fallback (one made after)."""
+    rng = np.random.default_rng(7)
+    small, small2, large = (rng.standard_normal((1, *hw, 64)).astype(np.float32) for hw in [(7, 9), (5, 5), (12, 12)])
+    layer_class, w, direct = _lazy_case(op, rng)
+    layer, direct_layer, fresh = (layer_class(w, padding=1, algorithm=a) for a in (None, direct, None))
+    assert layer.algorithm == "winograd"
+    assert layer.nbytes() < direct_layer.nbytes()                # nothing packed before the first call
+    want_small = direct_layer(small)
+    assert np.array_equal(layer(small), want_small) and layer.nbytes() == direct_layer.nbytes()
+    lean = layer.nbytes()
+    got_large = layer(large)
+    assert layer.nbytes() > 1.5 * lean                           # the transformed weights, the direct ones let go
+    assert np.array_equal(got_large, fresh(large))               # a layer that ran large first: the same bits
+    assert not np.array_equal(got_large, direct_layer(large))    # Winograd's tiles round differently
+    assert np.array_equal(layer(small), want_small)              # its runner from before
+    assert np.array_equal(layer(small2), direct_layer(small2))   # winograd's fallback on its own blob
+    assert np.array_equal(layer(small2), fresh(small2))
+
+
+@pytest.mark.parametrize("op", ["deconv", "conv"])
+def test_small_and_large_calls_racing_on_a_fresh_layer(op):
+    """Threads calling one fresh layer with small and large inputs at once, while it packs: every result
+    is the one a layer called alone gives."""
+    rng = np.random.default_rng(8)
+    small, large = (rng.standard_normal((1, *hw, 64)).astype(np.float32) for hw in [(7, 9), (12, 12)])
+    layer_class, w, _ = _lazy_case(op, rng)
+    want = {"small": layer_class(w, padding=1)(small), "large": layer_class(w, padding=1)(large)}
+    inputs = {"small": small, "large": large}
+    for _ in range(10):
+        layer = layer_class(w, padding=1)
+        order = ["small", "large"] * 4
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda name: layer(inputs[name]), order))
+        for name, got in zip(order, results):
+            np.testing.assert_array_equal(got, want[name])
 
 
 @pytest.mark.parametrize("groups,n,hw,kernel,stride,direct", [
