@@ -203,15 +203,14 @@ static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *
         for (ptrdiff_t ky = 0; ky < kH; ky++) {
             const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
             const FD_REAL **to = a_rows + m * kH + ky;   /* pixel o's pointer: to[(o - ox) * kH] */
-            if (iy >= 0 && iy < H) {
-                const FD_REAL *x_row = x + ((n * H + iy) * W) * Cin;
-                for (ptrdiff_t o = lo; o < hi; o++) to[(o - ox) * kH] = x_row + (o * sW - pl) * Cin;
-            } else {
-                for (ptrdiff_t o = lo; o < hi; o++) to[(o - ox) * kH] = zeros;
-            }
+            const int in_image = iy >= 0 && iy < H && lo < hi;
+            const FD_REAL *from = in_image ? x + ((n * H + iy) * W + lo * sW - pl) * Cin : zeros;
+            const ptrdiff_t step = in_image ? sW * Cin : 0;
+            for (ptrdiff_t o = lo; o < hi; o++, from += step) to[(o - ox) * kH] = from;
         }
-        for (ptrdiff_t o = ox; o < ox + run; o++) {
-            if (o >= lo && o < hi) continue;
+        for (ptrdiff_t o = ox, end = ox + run; o < end; o++) {   /* the pixels outside [lo, hi) */
+            if (o == lo && lo < hi) o = hi;
+            if (o == end) break;
             const ptrdiff_t row = m + o - ox;
             FD_FN(im2col_dense_rows)(geo, x, n, 0, oy * Wo + o, 1, dense + row * K);
             for (ptrdiff_t ky = 0; ky < kH; ky++) a_rows[row * kH + ky] = dense + row * K + ky * kW * Cin;
