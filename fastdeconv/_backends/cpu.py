@@ -427,8 +427,7 @@ class PackedLayer:
     def _packing_for(self, geometry: ConvGeometry, exchanged: bool) -> str:
         """The C algorithm whose packing runs this geometry: the layer's own, or, until that is packed
         (its blob holds the other's too), the one it delegates this geometry to (_cpu.delegate: the
-        small calls of winograd, run by phase's or im2col's kernel on that algorithm's own packing). So
-        a layer only ever called on small inputs holds no transformed weights."""
+        small calls of winograd, run by phase's or im2col's kernel on that algorithm's own packing)."""
         if (self._kernel_algorithm, exchanged and not self._one_packing) in self._packs:
             return self._kernel_algorithm
         return _cpu.delegate(self._kernel_algorithm, geometry) or self._kernel_algorithm
