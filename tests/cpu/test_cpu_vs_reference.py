@@ -231,6 +231,9 @@ NAMED_CONV = {
     "row_taps_20_channels": Case(op="c", hw=(9, 14), c_in=20, c_out=9, kernel=(4, 3), stride=(1, 2),
                                  dilation=(2, 1), padding=((3, 1), (2, 1))),
     "row_taps_kernel_wider_than_image": Case(op="c", hw=(5, 3), c_in=4, c_out=6, kernel=(2, 5), padding=(0, 2)),
+    # GEMM chunks (96 pixels in float32, 48 in float64, for K = 960) that begin inside an output row of 73,
+    # among its inside pixels or its right edge
+    "row_taps_chunks_split_rows": Case(op="c", hw=(6, 72), c_in=60, c_out=8, kernel=(4, 4), padding=(1, 2)),
 }
 
 
