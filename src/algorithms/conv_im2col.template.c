@@ -203,9 +203,11 @@ static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *
         for (ptrdiff_t ky = 0; ky < kH; ky++) {
             const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
             const FD_REAL **to = a_rows + m * kH + ky;   /* pixel o's pointer: to[(o - ox) * kH] */
-            const int in_image = iy >= 0 && iy < H && lo < hi;
-            const FD_REAL *from = in_image ? x + ((n * H + iy) * W + lo * sW - pl) * Cin : zeros;
-            const ptrdiff_t step = in_image ? sW * Cin : 0;
+            /* stepped through x's row, or the zero row above and below the image (lo < hi: no pointer
+               is formed outside x when no pixel is inside) */
+            const int reads_x = lo < hi && iy >= 0 && iy < H;
+            const FD_REAL *from = reads_x ? x + ((n * H + iy) * W + lo * sW - pl) * Cin : zeros;
+            const ptrdiff_t step = reads_x ? sW * Cin : 0;
             for (ptrdiff_t o = lo; o < hi; o++, from += step) to[(o - ox) * kH] = from;
         }
         for (ptrdiff_t o = ox, end = ox + run; o < end; o++) {   /* the pixels outside [lo, hi) */
