@@ -6,7 +6,7 @@
  * of a tile), and merged groups (group_merge) multiply the zeros of block-diagonal weights. Instantiated
  * after conv_depthwise, whose packing (wr[ky, kx, ci, c] = w[c, ky, kx, ci]) and run it uses.
  *
- * Task: rows [row_begin, row_end) of the N*Ho output rows. No workspace.
+ * Task: rows [row_begin, row_end) of the N*Ho output rows, all output channels. No workspace.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -17,7 +17,11 @@ static const char *conv_grouped_unsupported(const fd_geometry *geo) {
 }
 
 #define conv_grouped_workspace fd_no_workspace
-#define conv_grouped_tasks fd_output_row_tasks
+
+/* A tasks rule (fd_tasks_fn): as fd_output_row_tasks, with every channel (conv_depthwise_bands). */
+static inline ptrdiff_t conv_grouped_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
+    return conv_depthwise_bands(geo, threads, 1, 0, tasks);
+}
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 

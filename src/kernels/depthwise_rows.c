@@ -35,9 +35,10 @@ typedef struct {
                  const float *, float *, ptrdiff_t, ptrdiff_t);
     int (*drows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const double *, const double *,
                  const double *, double *, ptrdiff_t, ptrdiff_t);
-    int (*sconv)(const fd_geometry *, const float *, const float *, const float *, float *, ptrdiff_t, ptrdiff_t);
+    int (*sconv)(const fd_geometry *, const float *, const float *, const float *, float *, ptrdiff_t, ptrdiff_t,
+                 ptrdiff_t, ptrdiff_t);
     int (*dconv)(const fd_geometry *, const double *, const double *, const double *, double *, ptrdiff_t,
-                 ptrdiff_t);
+                 ptrdiff_t, ptrdiff_t, ptrdiff_t);
 } depthwise_clone;
 
 /* Indexed by the GEMM's ISA id: the clone for the GEMM's choice if this CPU has every feature its file was
@@ -62,8 +63,10 @@ int fd_depthwise_isa_compiled(int isa) { return FD_ISA_ROW_COMPILED(depthwise_cl
                                                                     row_begin, row_end);                        \
     }                                                                                                           \
     int fd_##prefix##conv_depthwise_rows(const fd_geometry *geo, const real *x, const real *wr,                 \
-                                         const real *bias, real *y, ptrdiff_t row_begin, ptrdiff_t row_end) {   \
-        return depthwise_clone_for(fd_gemm_get_isa())->prefix##conv(geo, x, wr, bias, y, row_begin, row_end);   \
+                                         const real *bias, real *y, ptrdiff_t row_begin, ptrdiff_t row_end,     \
+                                         ptrdiff_t channel_begin, ptrdiff_t channel_end) {                      \
+        return depthwise_clone_for(fd_gemm_get_isa())->prefix##conv(geo, x, wr, bias, y, row_begin, row_end,     \
+                                                                    channel_begin, channel_end);                \
     }
 
 FD_DEPTHWISE_DISPATCH(s, float)

@@ -268,17 +268,18 @@ DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const 
 #undef DW_TILE_AT
 }
 
+/* Output channels [c_begin, c_end) of row oy, in blocks of DW_LANES from c_begin. */
 DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MULT, const fd_geometry *geo,
                                       const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy, ptrdiff_t ox_begin,
-                                      ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
-                                      const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
-                                      FD_REAL *FD_RESTRICT y_row)
+                                      ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi, ptrdiff_t c_begin,
+                                      ptrdiff_t c_end, const FD_REAL *FD_RESTRICT wr,
+                                      const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y_row)
 {
     const ptrdiff_t C = geo->out_channels, Cog = C / geo->groups, Cig = geo->in_channels / geo->groups;
     FD_ISA_FN(dw_block) b;
-    for (ptrdiff_t c0 = 0; c0 < C; c0 += b.lanes) {
+    for (ptrdiff_t c0 = c_begin; c0 < c_end; c0 += b.lanes) {
         b.c0 = c0;
-        b.lanes = C - c0 < DW_LANES ? C - c0 : DW_LANES;
+        b.lanes = c_end - c0 < DW_LANES ? c_end - c0 : DW_LANES;
         /* the lanes' input channels must fit in one vector: fewer lanes where they would not (Cig > Cog) */
         while (MULT && ((c0 + b.lanes - 1) / Cog - c0 / Cog) * Cig + 1 > DW_LANES) b.lanes--;
         b.src = (c0 / Cog) * Cig;
@@ -302,12 +303,13 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
 
 FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
                                              const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
-                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
+                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end,
+                                             ptrdiff_t channel_begin, ptrdiff_t channel_end)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kW = geo->kernel_w, sW = geo->stride_w, dW = geo->dilation_w;
     if (geo->groups <= 0 || Cin % geo->groups != 0 || C % geo->groups != 0 || row_begin < 0 ||
-        row_end > geo->batch * Ho)
+        row_end > geo->batch * Ho || channel_begin < 0 || channel_end > C || channel_begin > channel_end)
         return FD_ERR_ARGUMENT;
     /* [ox_lo, ox_hi): the output columns whose taps 0 and kW-1 both fall inside the image */
     ptrdiff_t ox_lo = (geo->pad_left + sW - 1) / sW;
@@ -335,7 +337,8 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
             FD_REAL *y_row = y + r * Wo * C;
             switch (shape * 2 + mult) {
 #define DW_ROW(KWC, SWC, MULT) \
-    FD_ISA_FN(conv_dw_row)(KWC, SWC, MULT, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, wr, bias, y_row)
+    FD_ISA_FN(conv_dw_row)(KWC, SWC, MULT, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, channel_begin, \
+                           channel_end, wr, bias, y_row)
             case 2: DW_ROW(3, 1, 0); break;
             case 4: DW_ROW(3, 2, 0); break;
             case 6: DW_ROW(5, 1, 0); break;
@@ -365,12 +368,13 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
 
 FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x,
                                              const FD_REAL *FD_RESTRICT wr, const FD_REAL *FD_RESTRICT bias,
-                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end)
+                                             FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin, ptrdiff_t row_end,
+                                             ptrdiff_t channel_begin, ptrdiff_t channel_end)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, kH = geo->kernel_h, kW = geo->kernel_w;
     if (geo->groups <= 0 || Cin % geo->groups != 0 || C % geo->groups != 0 || row_begin < 0 ||
-        row_end > geo->batch * Ho)
+        row_end > geo->batch * Ho || channel_begin < 0 || channel_end > C || channel_begin > channel_end)
         return FD_ERR_ARGUMENT;
     const ptrdiff_t Cog = C / geo->groups, Cig = Cin / geo->groups;
     FD_REAL acc[DW_CHUNK];
@@ -380,8 +384,8 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
         for (ptrdiff_t ox = 0; ox < Wo; ox++) {
             const ptrdiff_t ix0 = ox * geo->stride_w - geo->pad_left;
             FD_REAL *y_pixel = y + (r * Wo + ox) * C;
-            for (ptrdiff_t c0 = 0; c0 < C; c0 += DW_CHUNK) {
-                const ptrdiff_t nc = C - c0 < DW_CHUNK ? C - c0 : DW_CHUNK;
+            for (ptrdiff_t c0 = channel_begin; c0 < channel_end; c0 += DW_CHUNK) {
+                const ptrdiff_t nc = channel_end - c0 < DW_CHUNK ? channel_end - c0 : DW_CHUNK;
                 for (ptrdiff_t c = 0; c < nc; c++) acc[c] = bias ? bias[c0 + c] : (FD_REAL)0;
                 for (ptrdiff_t ky = 0; ky < kH; ky++) {
                     const ptrdiff_t iy = iy0 + ky * geo->dilation_h;

@@ -37,9 +37,11 @@
                                  const double *x, const double *wr, const double *bias, double *y,               \
                                  ptrdiff_t row_begin, ptrdiff_t row_end);                                        \
     int fd_sconv_depthwise_rows_##isa(const fd_geometry *geo, const float *x, const float *wr, const float *bias, \
-                                      float *y, ptrdiff_t row_begin, ptrdiff_t row_end);                         \
+                                      float *y, ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t channel_begin, \
+                                      ptrdiff_t channel_end);                                                    \
     int fd_dconv_depthwise_rows_##isa(const fd_geometry *geo, const double *x, const double *wr,                 \
-                                      const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end);
+                                      const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end,     \
+                                      ptrdiff_t channel_begin, ptrdiff_t channel_end);
 
 /* A build without an ISA's clone (x86 SIMD off x86-64, NEON off AArch64) still defines its entry points
  * (depthwise_rows.c's table names them), never chosen (available() is -1) and running the portable clone. */
@@ -57,12 +59,16 @@
         return fd_ddepthwise_rows_portable(geo, taps_y, taps_x, x, wr, bias, y, row_begin, row_end);            \
     }                                                                                                            \
     int fd_sconv_depthwise_rows_##isa(const fd_geometry *geo, const float *x, const float *wr, const float *bias, \
-                                      float *y, ptrdiff_t row_begin, ptrdiff_t row_end) {                        \
-        return fd_sconv_depthwise_rows_portable(geo, x, wr, bias, y, row_begin, row_end);                        \
+                                      float *y, ptrdiff_t row_begin, ptrdiff_t row_end, ptrdiff_t channel_begin, \
+                                      ptrdiff_t channel_end) {                                                   \
+        return fd_sconv_depthwise_rows_portable(geo, x, wr, bias, y, row_begin, row_end, channel_begin,          \
+                                                channel_end);                                                    \
     }                                                                                                            \
     int fd_dconv_depthwise_rows_##isa(const fd_geometry *geo, const double *x, const double *wr,                 \
-                                      const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end) {   \
-        return fd_dconv_depthwise_rows_portable(geo, x, wr, bias, y, row_begin, row_end);                        \
+                                      const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end,     \
+                                      ptrdiff_t channel_begin, ptrdiff_t channel_end) {                          \
+        return fd_dconv_depthwise_rows_portable(geo, x, wr, bias, y, row_begin, row_end, channel_begin,          \
+                                                channel_end);                                                    \
     }
 
 #endif

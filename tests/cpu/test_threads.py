@@ -301,6 +301,40 @@ def test_contention_command_reports_every_load():
     assert "worst per load" in out
 
 
+
+def test_depthwise_bands_of_a_large_image_are_kernel_rows_tall_and_cut_channels_instead():
+    """The convolution's "depthwise" on many threads: where consecutive output rows share input rows of an
+    image too large to stay in a core's cache (k5 s2, 96 x 96 x 384), bands are kH = 5 rows tall and the
+    channels are cut into chunks that start at multiples of 16, instead of the one-row tasks that would read
+    each input row on two or three threads; a small image, or a kernel whose rows never overlap (k2 s2), is
+    cut into rows of every channel as before. Every (row, channel) belongs to one task, and the results are
+    those of one thread."""
+    rng = np.random.default_rng(6)
+    for hw, c, kernel, stride, least in [(96, 384, 5, 2, 5), (16, 384, 5, 2, 1), (96, 384, 2, 2, 1)]:
+        x = rng.standard_normal((1, hw, hw, c)).astype(np.float32)
+        w = rng.standard_normal((c, kernel, kernel, 1)).astype(np.float32)
+        b = rng.standard_normal(c).astype(np.float32)
+        kwargs = {"stride": stride, "padding": (kernel - 1) // 2, "groups": c}
+        want = None
+        for threads in (1, 16):
+            runner, geometry = _runner(x, w, b, kwargs, threads, "depthwise", transposed=False)
+            tasks = runner.tasks
+            covered = np.zeros((geometry.output_shape[1], c), int)
+            for _, r0, r1, c0, c1 in tasks:
+                covered[r0:r1, c0:c1] += 1
+            assert (covered == 1).all(), (hw, kernel, threads, tasks)
+            assert (tasks[:, 3] % 16 == 0).all(), tasks
+            rows = np.unique(tasks[:, 1:3], axis=0)
+            heights = rows[:, 1] - rows[:, 0]
+            if threads == 16:
+                assert len(heights) == 1 or heights[:-1].min() >= least, (hw, kernel, tasks)
+                assert (least > 1) == (len(np.unique(tasks[:, 3])) > 1), (hw, kernel, tasks)
+            got = runner.run(x, np.empty(geometry.output_shape, np.float32))
+            if want is None:
+                want = got
+            np.testing.assert_array_equal(got, want, err_msg=f"{hw}px k{kernel} s{stride} at {threads} threads")
+
+
 if __name__ == "__main__":   # (as a script, this folder is on sys.path: `helpers` imports)
     scenario = sys.argv[1]
     if scenario == "fork":
