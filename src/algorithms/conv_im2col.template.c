@@ -76,6 +76,9 @@ static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
     return ws;
 }
 
+/* Output pixels below which a threaded call's tasks take fewer rows of A than the GEMM's tiles use well. */
+#define IM2COL_TASK_PIXELS 48
+
 static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
     const ptrdiff_t cols = geo->out_channels / geo->groups, pixels = geo->batch * geo->out_h * geo->out_w;
     ptrdiff_t count = 0;
@@ -88,9 +91,28 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
                 fd_task_add(tasks, &count, n, 0, geo->out_h, c0, c0 + per_part < cols ? c0 + per_part : cols);
         return count;
     }
-    count = fd_image_band_tasks(geo, threads, tasks);
-    for (ptrdiff_t i = 0; tasks != NULL && i < count; i++) tasks[i].col_end = cols;
-    return count;
+    /* bands of the images' rows; where they would hold fewer than IM2COL_TASK_PIXELS pixels and there are
+       columns to cut instead, bands of at least that many pixels, each band's columns cut into parts (at
+       least two FD_GEMM_COLUMN_ALIGN wide, starting at multiples of it, where B's packed panels start) to
+       give about two tasks per thread */
+    const int cut_columns = threads > 1 && cols >= 4 * FD_GEMM_COLUMN_ALIGN && geo->out_w > 0 &&
+                            pixels < IM2COL_TASK_PIXELS * fd_image_bands(geo, threads, 1, NULL);
+    count = fd_image_bands(geo, threads, cut_columns ? fd_ceil_div(IM2COL_TASK_PIXELS, geo->out_w) : 1, tasks);
+    ptrdiff_t parts = 1, per_part = cols;
+    if (cut_columns && count < 2 * (ptrdiff_t)threads) {
+        parts = fd_ceil_div(2 * (ptrdiff_t)threads, count);
+        if (parts > cols / (2 * FD_GEMM_COLUMN_ALIGN)) parts = cols / (2 * FD_GEMM_COLUMN_ALIGN);
+        per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
+        parts = fd_ceil_div(cols, per_part);
+    }
+    for (ptrdiff_t i = count - 1; tasks != NULL && i >= 0; i--)   /* band i becomes tasks i*parts .. */
+        for (ptrdiff_t p = parts - 1; p >= 0; p--) {
+            fd_task t = tasks[i];
+            t.col_begin = p * per_part;
+            t.col_end = t.col_begin + per_part < cols ? t.col_begin + per_part : cols;
+            tasks[i * parts + p] = t;
+        }
+    return count * parts;
 }
 
 /* Output rows or columns [*lo, *hi) whose taps all land inside an input side of `size` pixels. */
