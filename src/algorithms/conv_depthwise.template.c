@@ -30,16 +30,16 @@ enum { CONV_DEPTHWISE_WEIGHT };
 #define conv_depthwise_workspace fd_no_workspace
 
 /* (part 0, rows [r0, r1) of the N*Ho output rows, output channels [c0, c1)): about 4 tasks per thread, one
- * when serial. Bands are N*Ho / (4*threads) rows tall, every channel; where that is fewer than least_rows,
- * they are taller, up to least_rows, as far as cutting the channels into chunks of at least channel_step
- * keeps about 4 tasks per thread. Chunks start at multiples of 16 channels (whole vectors in every clone). */
+ * when serial. Bands are N*Ho / (4*threads) rows tall, every channel; where that is at most half of
+ * least_rows, they are taller, up to least_rows, as far as cutting the channels into chunks of at least
+ * channel_step keeps about 4 tasks per thread. Chunks start at multiples of 16 channels (whole vectors in every clone). */
 static inline ptrdiff_t conv_depthwise_bands(const fd_geometry *geo, int threads, ptrdiff_t least_rows,
                                              ptrdiff_t channel_step, fd_task *tasks) {
     const ptrdiff_t rows = geo->batch * geo->out_h, C = geo->out_channels, want = 4 * (ptrdiff_t)threads;
     ptrdiff_t count = 0;
     if (rows <= 0 || C <= 0) return 0;
     ptrdiff_t band = threads > 1 ? fd_ceil_div(rows, want) : rows, width = C;
-    if (threads > 1 && band < least_rows && channel_step > 0 && C / channel_step > 1) {
+    if (threads > 1 && 2 * band <= least_rows && channel_step > 0 && C / channel_step > 1) {
         const ptrdiff_t steps = C / channel_step;
         const ptrdiff_t taller = fd_ceil_div(rows * steps, want);
         band = taller < least_rows ? taller : least_rows;
