@@ -219,7 +219,10 @@ def test_a_worker_over_its_memory_limit_fails_the_job_cleanly(cluster, tmp_path)
 
     assert outcome["result"] == "raised", outcome
     assert outcome["error_type"] == "distributed.scheduler.KilledWorker", outcome
-    assert "first_stage" in outcome["error"] and "workers died" in outcome["error"], outcome
+    # the task named is whichever of this job's tasks lost its workers first: the ballast block's, or a
+    # halo task of the convolution that was running beside it (dask's timing decides)
+    assert "workers died" in outcome["error"], outcome
+    assert "first_stage" in outcome["error"] or "conv_transpose2d" in outcome["error"], outcome
     if sys.version_info >= (3, 11):
         assert any("nothing was written to" in note for note in outcome["notes"]), outcome
     assert not os.path.lexists(target)
