@@ -110,16 +110,21 @@ FD_UNROLL_BY(4)
         }
         /* A line of k at a time (FD_A_LINE elements): A rows stream from memory through MR pointers at
            once, more streams than the hardware prefetcher follows, so each row's line two lines ahead is
-           asked for once per line, only while it is still in this tap's Kc elements (past them lies
-           memory that this call may never read; a tap of a few channels, Kc = 3, would issue MR
-           prefetches for a few FMAs per row, which cost more than they save). Inside a line the k steps
-           are unrolled (FD_K_UNROLL): the loop's own instructions and the reloads of spilled row pointers
-           then no longer share every step's issue slots with its FMAs. */
+           asked for once per line: in this tap's Kc elements, then in the next tap's (where Kc is a few
+           lines, 128 channels, the first two lines of every tap would otherwise miss), never past the
+           block's last tap (memory that this call may never read) nor into a NULL tap; a tap of a few
+           channels, Kc = 3, would issue MR prefetches for a few FMAs per row, which cost more than they
+           save). Inside a line the k steps are unrolled (FD_K_UNROLL): the loop's own instructions and the
+           reloads of spilled row pointers then no longer share every step's issue slots with its FMAs. */
         for (k0 = 0; k0 < Kc; k0 += FD_A_LINE) {
             const size_t k_end = Kc - k0 < FD_A_LINE ? Kc : k0 + FD_A_LINE;
             if (k0 + 2 * FD_A_LINE < Kc) {
 FD_UNROLL_BY(32)
                 for (i = 0; i < MR; i++) FD_PREFETCH_READ(a[i] + k0 + 2 * FD_A_LINE);
+            } else if (!SKIP && t + 1 < taps && k0 + 2 * FD_A_LINE - Kc < Kc) {
+                const size_t next = k0 + 2 * FD_A_LINE - Kc;   /* in the next tap's row */
+FD_UNROLL_BY(32)
+                for (i = 0; i < MR; i++) FD_PREFETCH_READ(a_rows[((size_t)i < mr ? (size_t)i : mr - 1) * T + t + 1] + next);
             }
 FD_UNROLL_BY(FD_K_UNROLL)
             for (k = k0; k < k_end; k++) {
@@ -279,10 +284,17 @@ FD_UNROLL_BY(32)
         for (k = 0; k + FD_STRIDED_K_UNROLL <= Kc; k += FD_STRIDED_K_UNROLL) {
             FD_VEC bv[FD_STRIDED_K_UNROLL];
             const FD_REAL *p = a0 + k;
-            /* each row's line two lines ahead, once per line, as the indirect tiles ask */
-            if (k % FD_A_LINE == 0 && k + 2 * FD_A_LINE < Kc) {
+            /* each row's line two lines ahead, once per line, continuing into the next tap, as the
+               indirect tiles ask */
+            if (k % FD_A_LINE == 0) {
+                const size_t next = k + 2 * FD_A_LINE - Kc;   /* in the next tap's row, once past this one */
+                const FD_REAL *ahead = k + 2 * FD_A_LINE < Kc          ? p + 2 * FD_A_LINE
+                                       : t + 1 < taps && next < Kc ? a_first[t + 1] + next
+                                                                   : NULL;
+                if (ahead != NULL) {
 FD_UNROLL_BY(32)
-                for (i = 0; i < FD_STRIDED_MR; i++) FD_PREFETCH_READ(p + i * a_step + 2 * FD_A_LINE);
+                    for (i = 0; i < FD_STRIDED_MR; i++) FD_PREFETCH_READ(ahead + i * a_step);
+                }
             }
 FD_UNROLL_BY(8)
             for (u = 0; u < FD_STRIDED_K_UNROLL; u++) bv[u] = FD_VLOADU(bk + u * b_stride);
