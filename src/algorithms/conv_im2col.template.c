@@ -91,17 +91,21 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
                 fd_task_add(tasks, &count, n, 0, geo->out_h, c0, c0 + per_part < cols ? c0 + per_part : cols);
         return count;
     }
-    /* bands of the images' rows; where they would hold fewer than IM2COL_TASK_PIXELS pixels and there are
-       columns to cut instead, bands of at least that many pixels, each band's columns cut into parts (at
-       least two FD_GEMM_COLUMN_ALIGN wide, starting at multiples of it, where B's packed panels start) to
-       give about two tasks per thread */
+    /* bands of the images' rows; where they would hold fewer than IM2COL_TASK_PIXELS pixels, or the images
+       have fewer rows than there are threads, and there are columns to cut instead: bands of at least that
+       many pixels, each band's columns cut into parts (starting at multiples of FD_GEMM_COLUMN_ALIGN, where
+       B's packed panels start) to give about two tasks per thread. A part is at least two of those wide,
+       or one where that would leave threads without a task. */
+    const ptrdiff_t row_bands = fd_image_bands(geo, threads, 1, NULL);
     const int cut_columns = threads > 1 && cols >= 4 * FD_GEMM_COLUMN_ALIGN && geo->out_w > 0 &&
-                            pixels < IM2COL_TASK_PIXELS * fd_image_bands(geo, threads, 1, NULL);
+                            (pixels < IM2COL_TASK_PIXELS * row_bands || row_bands < threads);
     count = fd_image_bands(geo, threads, cut_columns ? fd_ceil_div(IM2COL_TASK_PIXELS, geo->out_w) : 1, tasks);
     ptrdiff_t parts = 1, per_part = cols;
     if (cut_columns && count < 2 * (ptrdiff_t)threads) {
+        ptrdiff_t most = cols / (2 * FD_GEMM_COLUMN_ALIGN);
+        if (count * most < threads) most = cols / FD_GEMM_COLUMN_ALIGN;
         parts = fd_ceil_div(2 * (ptrdiff_t)threads, count);
-        if (parts > cols / (2 * FD_GEMM_COLUMN_ALIGN)) parts = cols / (2 * FD_GEMM_COLUMN_ALIGN);
+        if (parts > most) parts = most;
         per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
         parts = fd_ceil_div(cols, per_part);
     }

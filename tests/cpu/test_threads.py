@@ -338,14 +338,16 @@ def test_depthwise_bands_of_a_large_image_are_kernel_rows_tall_and_cut_channels_
 
 def test_im2col_tasks_keep_48_pixels_and_cut_columns_instead():
     """im2col on many threads: where bands of an image's rows would hold fewer than 48 output pixels (a 20 x 20
-    image at 16 threads: one row of 20) and there are at least 128 output channels, bands hold at least 48
-    pixels and each band's columns are cut into parts of at least 64, starting at multiples of 32 (where B's
-    panels start), instead of GEMMs of a few rows that each read all of B; with 40 output channels the rows
-    are cut as before. Every (pixel row, channel) belongs to one task, and the results are those of one
-    thread."""
+    image at 16 threads: one row of 20), or the image has fewer rows than there are threads (4 rows of 64
+    pixels), and there are at least 128 output channels, bands hold at least 48 pixels and each band's
+    columns are cut into parts starting at multiples of 32 (where B's panels start), instead of GEMMs of a few
+    rows that each read all of B: parts of at least 64 where that gives every thread a task, else of 32 (the
+    4-row image: 4 bands x 4 parts, where parts of 64 would leave half the threads idle). With 40 output
+    channels the rows are cut as before. Every (pixel row, channel) belongs to one task, and the results are
+    those of one thread."""
     rng = np.random.default_rng(7)
-    for c_out, cut_columns in [(192, True), (40, False)]:
-        x = rng.standard_normal((1, 20, 20, 16)).astype(np.float32)
+    for (h, w_in, c_out), cut_columns in [((20, 20, 192), True), ((20, 20, 40), False), ((4, 64, 128), True)]:
+        x = rng.standard_normal((1, h, w_in, 16)).astype(np.float32)
         w = rng.standard_normal((c_out, 3, 3, 16)).astype(np.float32)
         b = rng.standard_normal(c_out).astype(np.float32)
         kwargs = {"padding": 1}
@@ -353,7 +355,7 @@ def test_im2col_tasks_keep_48_pixels_and_cut_columns_instead():
         for threads in (1, 16):
             runner, geometry = _runner(x, w, b, kwargs, threads, "im2col", transposed=False)
             tasks = runner.tasks
-            covered = np.zeros((20, c_out), int)
+            covered = np.zeros((h, c_out), int)
             for _, r0, r1, c0, c1 in tasks:
                 covered[r0:r1, c0:c1] += 1
             assert (covered == 1).all(), (c_out, threads, tasks)
@@ -361,8 +363,11 @@ def test_im2col_tasks_keep_48_pixels_and_cut_columns_instead():
                 heights = np.unique(tasks[:, 1:3], axis=0) @ [-1, 1]
                 widths = tasks[:, 4] - tasks[:, 3]
                 if cut_columns:
-                    assert heights[:-1].min() * 20 >= 48 and len(np.unique(tasks[:, 3])) > 1, tasks
-                    assert (tasks[:, 3] % 32 == 0).all() and widths.min() >= 64, tasks
+                    assert heights[:-1].min() * w_in >= 48 and len(np.unique(tasks[:, 3])) > 1, tasks
+                    assert (tasks[:, 3] % 32 == 0).all() and widths.min() >= 32, tasks
+                    assert len(tasks) >= 16, tasks
+                    if len(heights) * (c_out // 64) >= 16:   # parts of 64 give every thread a task
+                        assert widths.min() >= 64, tasks
                 else:
                     assert heights.max() == 1 and (widths == c_out).all(), tasks
             got = runner.run(x, np.empty(geometry.output_shape, np.float32))
