@@ -22,12 +22,15 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import fastdeconv
 from fastdeconv import _cpu, _params
 from fastdeconv._backends import cpu as _cpu_backend
 
-from helpers import TAP_BLOCK_BUDGET, Case, deconv_supported, gemm_panel_budget, script_env, threaded
+from helpers import (CONV_ALGORITHMS, DECONV_ALGORITHMS, TAP_BLOCK_BUDGET, Case, algorithm_supports, deconv_supported,
+                     examples, gemm_panel_budget, script_env, threaded)
 
 HANG_TIMEOUT = 120   # seconds for a subprocess scenario: generous for a loaded machine, finite for a hang
 
@@ -374,6 +377,56 @@ def test_im2col_tasks_keep_48_pixels_and_cut_columns_instead():
             if want is None:
                 want = got
             np.testing.assert_array_equal(got, want, err_msg=f"{c_out} channels at {threads} threads")
+
+
+@settings(max_examples=examples(40), deadline=None, derandomize=True)
+@given(data=st.data())
+def test_many_threads_give_the_bits_of_one_on_any_layer(data):
+    """The cuts for many threads (column parts of 32 and 64, bands of 48 pixels, row parts of 1-D
+    layers, channel chunks, tap blocks) on random layers, transposed and forward, any algorithm that
+    runs them, 1-D ones included: every thread count from 2 to 32 gives the bits of one thread. (The
+    named tests above pin the shapes of the tasks; this one, that no rule loses or repeats a piece.)"""
+    draw = data.draw
+    transposed = draw(st.booleans(), "transposed")
+    batch = draw(st.integers(1, 3), "batch")
+    h = draw(st.sampled_from([1, 1, 2, 3, 5, 9, 17, 24]), "h")
+    w_in = draw(st.integers(1, 70), "w")
+    groups = draw(st.sampled_from([1, 1, 1, 2, 4]), "groups")
+    c_in = groups * draw(st.sampled_from([1, 3, 8, 16, 33]), "c_in per group")
+    c_out = groups * draw(st.sampled_from([1, 2, 16, 40, 64, 96, 130]), "c_out per group")
+    family = draw(st.sampled_from(["any", "any", "k3 s1", "k4 s2"]), "family")   # the last two: winograd's
+    if family == "any":
+        kh = 1 if h == 1 else draw(st.integers(1, 5), "kh")
+        kw = draw(st.integers(1, 5), "kw")
+        stride = (draw(st.integers(1, 3), "sh"), draw(st.integers(1, 3), "sw"))
+        dilation = (draw(st.integers(1, 2), "dh"), draw(st.integers(1, 2), "dw"))
+    else:
+        kh = kw = 3 if family == "k3 s1" else 4
+        stride, dilation = (kh - 2, kh - 2), (1, 1)
+    padding = (0 if h == 1 else draw(st.integers(0, kh - 1), "ph"), draw(st.integers(0, kw - 1), "pw"))
+    kwargs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    x_shape = (batch, h, w_in, c_in)
+    w_shape = (c_in, kh, kw, c_out // groups) if transposed else (c_out, kh, kw, c_in // groups)
+    resolve = _params.resolve_conv_transpose2d if transposed else _params.resolve_conv2d
+    try:
+        geometry = resolve(x_shape, w_shape, **kwargs)
+    except ValueError:
+        assume(False)
+    names = [a for a in (DECONV_ALGORITHMS if transposed else CONV_ALGORITHMS) if algorithm_supports(a, geometry)]
+    algorithm = draw(st.sampled_from([None] + names), "algorithm")
+    threads = draw(st.sampled_from([2, 3, 5, 8, 16, 32]), "threads")
+    rng = np.random.default_rng(batch * 1000 + h * 100 + w_in)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(c_out).astype(np.float32)
+    runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
+    # The known exception (docs/guide/threads.rst): the convolution's winograd tiles each band of rows on
+    # its own, so its last bits follow the bands, which follow the thread count.
+    assume(transposed or runner.algorithm != "winograd")
+    want = runner.run(x, np.empty(geometry.output_shape, np.float32))
+    runner, geometry = _runner(x, w, b, kwargs, threads, algorithm, transposed)
+    got = runner.run(x, np.empty(geometry.output_shape, np.float32))
+    np.testing.assert_array_equal(got, want, err_msg=f"{runner.algorithm}: {len(runner.tasks)} tasks on {threads} threads")
 
 
 if __name__ == "__main__":   # (as a script, this folder is on sys.path: `helpers` imports)
