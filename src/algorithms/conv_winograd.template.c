@@ -36,10 +36,11 @@
  *
  * Task: (image n times dH*dW plus dilation phase q = qy*dW + qx, the phase's output rows [row_begin,
  * row_end), output channels [col_begin, col_end) of each group); at most conv_winograd_band_rows rows. Its
- * run writes the band's X (rows row_begin .. row_end + Ty - 2) into the workspace, then runs
- * deconv_winograd's single-thread task over it. Workspace: that X band (at most about
- * CONV_WINOGRAD_BAND_ELEMENTS elements), with dilation the band's outputs, and deconv_winograd's own
- * workspace.
+ * run writes the band's X (rows row_begin .. row_end + Ty - 2) into the workspace, then runs the band's
+ * tile rows of deconv_winograd's single-thread task for the phase's whole correlation: the tiles are the
+ * whole phase's, so the results do not depend on the bands (nor on the thread count). Workspace: that X
+ * band (at most about CONV_WINOGRAD_BAND_ELEMENTS elements), with dilation the band's outputs, and
+ * deconv_winograd's own workspace.
  */
 #if defined(FD_ALGORITHM_SHARED)
 
@@ -128,14 +129,35 @@ static const char *conv_winograd_unsupported(const fd_geometry *geo) {
     return winograd_unsupported(&inner);
 }
 
+/* The side of the tiles along the rows of the whole correlation of dilation phase (., qx) of `rows`
+ * output rows (deconv_winograd's choice, by the phase's rows), or 1 where that runs the phase kernel
+ * (whose tasks count output rows): every band of that phase starts at a multiple of it. */
+static ptrdiff_t conv_winograd_side(const fd_geometry *geo, ptrdiff_t rows, ptrdiff_t qx) {
+    const ptrdiff_t width = conv_winograd_phase_size(geo->out_w, geo->dilation_w, qx);
+    const fd_geometry inner = conv_winograd_inner(geo, rows, width);
+    if (winograd_direct(&inner)) return 1;
+    return winograd_tile_side(winograd_taps(inner.kernel_h, 1, inner.pad_top, 0), rows, inner.in_channels / inner.groups);
+}
+
 /* The most output rows of a task: its X band holds (rows + Ty - 1) rows of (W_out + Tx - 1) pixels of
- * sH*sW*C_in channels. A multiple of 6 (the tiles' sides, 2 and 3, divide it) when more than 6 fit. */
+ * sH*sW*C_in channels. A multiple of 6 when 6 fit, else of every phase's tile side (or the whole phase):
+ * the bands then start on the tile grids (conv_winograd_run). */
 static ptrdiff_t conv_winograd_band_rows(const fd_geometry *geo) {
     const ptrdiff_t Ty = geo->kernel_h / geo->stride_h, Tx = geo->kernel_w / geo->stride_w;
     const ptrdiff_t row = (conv_winograd_phase_width(geo) + Tx - 1) * geo->in_channels * geo->stride_h * geo->stride_w;
     const ptrdiff_t phase_rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, 0);
     ptrdiff_t rows = (ptrdiff_t)CONV_WINOGRAD_BAND_ELEMENTS / (row > 0 ? row : 1) - (Ty - 1);
-    rows = rows > 6 ? rows / 6 * 6 : rows > 1 ? rows : 1;
+    if (rows >= 6) {
+        rows = rows / 6 * 6;
+    } else {   /* a wide image: a multiple of every phase's side (2, 3, both or none) */
+        ptrdiff_t sides = 1;
+        for (ptrdiff_t q = 0; q < geo->dilation_h * geo->dilation_w; q++) {
+            const ptrdiff_t side = conv_winograd_side(
+                geo, conv_winograd_phase_size(geo->out_h, geo->dilation_h, q / geo->dilation_w), q % geo->dilation_w);
+            if (sides % side != 0) sides *= side;   /* sides 1, 2 and 3: their least common multiple */
+        }
+        rows = rows >= sides ? rows / sides * sides : sides;
+    }
     return rows < phase_rows ? rows : phase_rows > 0 ? phase_rows : 1;
 }
 
@@ -151,11 +173,12 @@ static size_t conv_winograd_outputs_bytes(const fd_geometry *geo, int dtype) {
     return fd_round_up(pixels * (size_t)geo->out_channels * fd_itemsize(dtype), FD_BLOB_ALIGN);
 }
 
-/* The band and its outputs, then deconv_winograd's workspace (which depends on the channels and the
- * kernel, not on the band's rows); its chunk is the inner run's. */
+/* The band and its outputs, then deconv_winograd's workspace for a phase's whole correlation (phase 0's
+ * rows, the most); its chunk is the inner run's. */
 static fd_workspace conv_winograd_workspace(const fd_geometry *geo, int dtype) {
     if (conv_winograd_direct(geo)) return im2col_workspace(geo, dtype);
-    const fd_geometry inner = conv_winograd_inner(geo, conv_winograd_band_rows(geo), conv_winograd_phase_width(geo));
+    const fd_geometry inner = conv_winograd_inner(geo, conv_winograd_phase_size(geo->out_h, geo->dilation_h, 0),
+                                                  conv_winograd_phase_width(geo));
     fd_workspace ws = winograd_workspace(&inner, dtype);
     ws.bytes += conv_winograd_band_bytes(geo, dtype) + conv_winograd_outputs_bytes(geo, dtype);
     return ws;
@@ -173,9 +196,9 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
     const ptrdiff_t want = threads > 1 ? 4 * (ptrdiff_t)threads : 1;
     ptrdiff_t per_band = conv_winograd_band_rows(geo);
     const ptrdiff_t even = fd_ceil_div(rows, fd_ceil_div(want, images));
-    /* Bands of whole 2-row tiles (a 1-row band computes a tile for one row) and at least twice the Ty - 1
-       rows each band reads beyond its own (which are transformed again by the next band); the columns
-       are cut instead when that leaves too few tasks. 6 rows suit both tile sides, 2 and 3. */
+    /* Bands of whole 2-row tiles and at least twice the Ty - 1 rows each band reads beyond its own (which
+       are transformed again by the next band), rounded up per phase to its tiles' side (the bands start on
+       its tile grid: conv_winograd_run); the columns are cut instead when that leaves too few tasks. */
     if (even < per_band) {
         const ptrdiff_t least = fd_ceil_div(2 * (geo->kernel_h / geo->stride_h - 1), 2) * 2;
         ptrdiff_t rounded = even > 6 ? fd_ceil_div(even, 6) * 6 : fd_ceil_div(even, 2) * 2;
@@ -189,9 +212,11 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
     const ptrdiff_t per_cols = fd_ceil_div(fd_ceil_div(cols, col_parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
     for (ptrdiff_t part = 0; part < images; part++) {   /* image part / P, dilation phase part % P */
         const ptrdiff_t phase_rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, part % P / geo->dilation_w);
-        for (ptrdiff_t r0 = 0; r0 < phase_rows; r0 += per_band)
+        const ptrdiff_t side = conv_winograd_side(geo, phase_rows, part % P % geo->dilation_w);
+        const ptrdiff_t step = fd_ceil_div(per_band, side) * side;   /* band_rows: a multiple of it, or one phase */
+        for (ptrdiff_t r0 = 0; r0 < phase_rows; r0 += step)
             for (ptrdiff_t c0 = 0; c0 < cols || c0 == 0; c0 += per_cols)
-                fd_task_add(tasks, &count, part, r0, r0 + per_band < phase_rows ? r0 + per_band : phase_rows, c0,
+                fd_task_add(tasks, &count, part, r0, r0 + step < phase_rows ? r0 + step : phase_rows, c0,
                             c0 + per_cols < cols ? c0 + per_cols : cols);
     }
     return count;
@@ -286,24 +311,35 @@ static int FD_FN(conv_winograd_run)(const fd_operands *op, const fd_task *t, voi
     if (rows < 1 || t->row_begin < 0 || rows > conv_winograd_band_rows(geo) || t->part < 0 || n >= geo->batch ||
         t->row_end > conv_winograd_phase_size(geo->out_h, geo->dilation_h, qy))
         return FD_ERR_WORKSPACE;
-    const fd_geometry inner = conv_winograd_inner(geo, rows, width);
+    /* The phase's whole correlation, of which this task computes the tile rows of its band: its tiles,
+       their side and its choice of kernel are those of the whole phase, so no band boundary changes a bit
+       (the bands start on the tile grid: conv_winograd_tasks). The band's X holds the rows they read. */
+    const ptrdiff_t phase_rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, qy);
+    const fd_geometry inner = conv_winograd_inner(geo, phase_rows, width);
+    const fd_geometry band_geo = conv_winograd_inner(geo, rows, width);
+    const ptrdiff_t side = conv_winograd_side(geo, phase_rows, qx);
+    if (t->row_begin % side != 0 || (t->row_end % side != 0 && t->row_end != phase_rows)) return FD_ERR_ARGUMENT;
     const int dtype = sizeof(FD_REAL) == sizeof(double) ? FD_FLOAT64 : FD_FLOAT32;
     FD_REAL *band = (FD_REAL *)workspace;
     FD_REAL *outputs = (FD_REAL *)((char *)workspace + conv_winograd_band_bytes(geo, dtype));
-    FD_FN(conv_winograd_band)(geo, &inner, (const FD_REAL *)op->x, n, t->row_begin, qy, qx, band);
+    FD_FN(conv_winograd_band)(geo, &band_geo, (const FD_REAL *)op->x, n, t->row_begin, qy, qx, band);
 
-    fd_task whole;   /* deconv_winograd's one task for the band on one thread, restricted to t's columns */
+    fd_task whole;   /* deconv_winograd's one task for the phase on one thread, cut to t's tile rows and columns */
     if (winograd_tasks(&inner, 1, NULL) != 1) return FD_ERR_ARGUMENT;
     winograd_tasks(&inner, 1, &whole);
+    if (whole.row_begin != 0 || whole.row_end != fd_ceil_div(phase_rows, side)) return FD_ERR_ARGUMENT;
+    whole.row_begin = t->row_begin / side;
+    whole.row_end = fd_ceil_div(t->row_end, side);
     whole.col_begin = t->col_begin;
     whole.col_end = t->col_end;
     fd_operands band_op = *op;
     band_op.geo = &inner;
     band_op.packed = fd_blob_part(op->packed, CONV_WINOGRAD_INNER_BLOB);
-    band_op.x = band;
+    /* X's row 0 where the band holds row t->row_begin: the tiles read only the band's rows */
+    band_op.x = band - t->row_begin * band_geo.in_w * band_geo.in_channels;
     FD_REAL *const y = (FD_REAL *)op->y;
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels;
-    band_op.y = P == 1 ? y + (n * geo->out_h + t->row_begin) * Wo * Cout : outputs;
+    band_op.y = P == 1 ? y + n * geo->out_h * Wo * Cout : outputs - t->row_begin * width * Cout;
     const int status = FD_FN(winograd_run)(&band_op, &whole, (char *)outputs + conv_winograd_outputs_bytes(geo, dtype));
     if (status != FD_OK || P == 1) return status;
     /* the phase's outputs to every dH-th row and dW-th column of y: the task's columns of each group */
