@@ -36,9 +36,10 @@
  *
  * Task: (image n times dH*dW plus dilation phase q = qy*dW + qx, the phase's output rows [row_begin,
  * row_end), output channels [col_begin, col_end) of each group); at most conv_winograd_band_rows rows. Its
- * run writes the band's X (rows row_begin .. row_end + Ty - 2) into the workspace, then runs the band's
- * tile rows of deconv_winograd's single-thread task for the phase's whole correlation: the tiles are the
- * whole phase's, so the results do not depend on the bands (nor on the thread count). Workspace: that X
+ * run writes the band's X (rows row_begin .. row_end + Ty - 2) into the workspace, then runs deconv_winograd
+ * over the band with the whole phase's choice of kernel and tiles (winograd_run_rows_of); the bands start on
+ * the whole's tile grid, so the tiles are the whole phase's and the results do not depend on the bands (nor
+ * on the thread count). Workspace: that X
  * band (at most about CONV_WINOGRAD_BAND_ELEMENTS elements), with dilation the band's outputs, and
  * deconv_winograd's own workspace.
  */
@@ -311,11 +312,11 @@ static int FD_FN(conv_winograd_run)(const fd_operands *op, const fd_task *t, voi
     if (rows < 1 || t->row_begin < 0 || rows > conv_winograd_band_rows(geo) || t->part < 0 || n >= geo->batch ||
         t->row_end > conv_winograd_phase_size(geo->out_h, geo->dilation_h, qy))
         return FD_ERR_WORKSPACE;
-    /* The phase's whole correlation, of which this task computes the tile rows of its band: its tiles,
-       their side and its choice of kernel are those of the whole phase, so no band boundary changes a bit
-       (the bands start on the tile grid: conv_winograd_tasks). The band's X holds the rows they read. */
+    /* The band's rows of the phase's whole correlation: deconv_winograd's one-thread task over the band,
+       with the whole's choice of kernel and tiles (winograd_run_rows_of), so that no band boundary changes
+       a bit (the bands start on the whole's tile grid: conv_winograd_tasks). */
     const ptrdiff_t phase_rows = conv_winograd_phase_size(geo->out_h, geo->dilation_h, qy);
-    const fd_geometry inner = conv_winograd_inner(geo, phase_rows, width);
+    const fd_geometry whole = conv_winograd_inner(geo, phase_rows, width);
     const fd_geometry band_geo = conv_winograd_inner(geo, rows, width);
     const ptrdiff_t side = conv_winograd_side(geo, phase_rows, qx);
     if (t->row_begin % side != 0 || (t->row_end % side != 0 && t->row_end != phase_rows)) return FD_ERR_ARGUMENT;
@@ -324,23 +325,16 @@ static int FD_FN(conv_winograd_run)(const fd_operands *op, const fd_task *t, voi
     FD_REAL *outputs = (FD_REAL *)((char *)workspace + conv_winograd_band_bytes(geo, dtype));
     FD_FN(conv_winograd_band)(geo, &band_geo, (const FD_REAL *)op->x, n, t->row_begin, qy, qx, band);
 
-    fd_task whole;   /* deconv_winograd's one task for the phase on one thread, cut to t's tile rows and columns */
-    if (winograd_tasks(&inner, 1, NULL) != 1) return FD_ERR_ARGUMENT;
-    winograd_tasks(&inner, 1, &whole);
-    if (whole.row_begin != 0 || whole.row_end != fd_ceil_div(phase_rows, side)) return FD_ERR_ARGUMENT;
-    whole.row_begin = t->row_begin / side;
-    whole.row_end = fd_ceil_div(t->row_end, side);
-    whole.col_begin = t->col_begin;
-    whole.col_end = t->col_end;
+    const fd_task band_task = {0, 0, fd_ceil_div(rows, side), t->col_begin, t->col_end};   /* its tile rows */
     fd_operands band_op = *op;
-    band_op.geo = &inner;
+    band_op.geo = &band_geo;
     band_op.packed = fd_blob_part(op->packed, CONV_WINOGRAD_INNER_BLOB);
-    /* X's row 0 where the band holds row t->row_begin: the tiles read only the band's rows */
-    band_op.x = band - t->row_begin * band_geo.in_w * band_geo.in_channels;
+    band_op.x = band;
     FD_REAL *const y = (FD_REAL *)op->y;
     const ptrdiff_t Wo = geo->out_w, Cout = geo->out_channels;
-    band_op.y = P == 1 ? y + n * geo->out_h * Wo * Cout : outputs - t->row_begin * width * Cout;
-    const int status = FD_FN(winograd_run)(&band_op, &whole, (char *)outputs + conv_winograd_outputs_bytes(geo, dtype));
+    band_op.y = P == 1 ? y + (n * geo->out_h + t->row_begin) * Wo * Cout : outputs;
+    const int status = FD_FN(winograd_run_rows_of)(&band_op, &whole, &band_task,
+                                                   (char *)outputs + conv_winograd_outputs_bytes(geo, dtype));
     if (status != FD_OK || P == 1) return status;
     /* the phase's outputs to every dH-th row and dW-th column of y: the task's columns of each group */
     const ptrdiff_t G = geo->groups, Cog = Cout / G, cols = t->col_end - t->col_begin;

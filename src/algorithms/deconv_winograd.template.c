@@ -551,8 +551,12 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
 
 /* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)).
  * Tiles are taken a kind at a time (full tiles, then each axis's last, shorter tile), so that a
- * chunk's tiles share their transforms. */
-static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void *workspace)
+ * chunk's tiles share their transforms. `whole` makes the choices that depend on the rows (the phase
+ * kernel or tiles; F(3, 2) or F(2, 2)): op->geo itself, or, for conv_winograd's bands, a layer of more
+ * rows of which op->geo holds rows starting on whole's tile grid, so that a band's outputs have the
+ * bits of the whole layer's (the other fields must be op->geo's). */
+static int FD_FN(winograd_run_rows_of)(const fd_operands *op, const fd_geometry *whole, const fd_task *task,
+                                       void *workspace)
 {
     const fd_geometry *geo = op->geo;
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
@@ -562,14 +566,20 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     const ptrdiff_t ry = task->part, c0 = task->col_begin, c1 = task->col_end, cols = c1 - c0;
     const ptrdiff_t r0 = task->row_begin, r1 = task->row_end;
     winograd_shared_axis ay, ax;
-    if (winograd_direct(geo)) {   /* a phase task (winograd_tasks) */
+    if (whole->in_w != geo->in_w || whole->out_w != geo->out_w || whole->in_channels != geo->in_channels ||
+        whole->out_channels != geo->out_channels || whole->groups != geo->groups || whole->kernel_h != kH ||
+        whole->kernel_w != kW || whole->stride_h != sH || whole->stride_w != sW || whole->pad_top != geo->pad_top ||
+        whole->out_h < Ho)
+        return FD_ERR_ARGUMENT;
+    if (winograd_direct(whole)) {   /* a phase task (winograd_tasks) */
         const FD_REAL **a_rows = (const FD_REAL **)workspace;
         return FD_FN(deconv_phase_rows)(geo, fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB), (const FD_REAL *)op->x,
                                         (const FD_REAL *)op->bias, (FD_REAL *)op->y, ry, r0, r1, c0, c1, 0, G, 0, sW,
                                         op->chunk, a_rows, (FD_REAL **)(a_rows + op->chunk * kH * kW));
     }
     if (ry <= WINOGRAD_ALL_PHASES)
-        return winograd_shared(geo, &ay, &ax) ? FD_FN(winograd_run_shared)(op, task, workspace, &ay, &ax) : FD_ERR_ARGUMENT;
+        return whole == geo && winograd_shared(geo, &ay, &ax) ? FD_FN(winograd_run_shared)(op, task, workspace, &ay, &ax)
+                                                              : FD_ERR_ARGUMENT;
     const FD_REAL *x = (const FD_REAL *)op->x, *bias = (const FD_REAL *)op->bias;
     FD_REAL *y = (FD_REAL *)op->y;
     const void *phase_blob = fd_blob_part(op->packed, WINOGRAD_PHASE_BLOB);
@@ -578,7 +588,8 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     if (ry < 0 || ry >= sH || ry >= Ho || c0 < 0 || c1 > Cog || cols < 0 || c0 % FD_GEMM_COLUMN_ALIGN != 0)
         return FD_ERR_ARGUMENT;
     const ptrdiff_t *ky = taps_y + ry * (1 + kH) + 1, Ty = ky[-1];
-    const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, my = winograd_tile_side(Ty, Jy, Cig), TJy = (Jy + my - 1) / my;
+    const ptrdiff_t Jy = (Ho - ry + sH - 1) / sH, Jy_whole = (whole->out_h - ry + sH - 1) / sH;
+    const ptrdiff_t my = winograd_tile_side(Ty, Jy_whole, Cig), TJy = (Jy + my - 1) / my;
     if (r0 < 0 || r1 > geo->batch * TJy || r0 > r1) return FD_ERR_ARGUMENT;
     /* the task's phase rows, for the phase kernel */
     const ptrdiff_t pr0 = r0 / TJy * Jy + (r0 % TJy * my < Jy ? r0 % TJy * my : Jy);
@@ -593,7 +604,7 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
     fd_winograd_tile *tiles = ws.tiles;
     const size_t point_size = FD_FN(gemm_packed_size)((size_t)Cig, (size_t)Cog);
     const ptrdiff_t y0 = Ty > 0 ? winograd_phase_origin(kH, sH, geo->pad_top, ry) : 0;
-    const fd_winograd_1d *fy = winograd_tile(Ty, Jy, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
+    const fd_winograd_1d *fy = winograd_tile(Ty, Jy_whole, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
     const ptrdiff_t last_y = Jy % my;   /* outputs of each image's last tile row when shorter, else 0 */
     const int stream = winograd_streams(geo, sizeof(FD_REAL));
 
@@ -649,6 +660,11 @@ static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void 
        by the phase kernel, whose sums have no cross terms. */
     return FD_FN(deconv_phase_rows)(geo, phase_blob, x, bias, y, ry, pr0, pr1, c0, c1, 0, G, 0, sW, op->chunk, phase_a,
                                     phase_c);
+}
+
+static int FD_FN(winograd_run)(const fd_operands *op, const fd_task *task, void *workspace)
+{
+    return FD_FN(winograd_run_rows_of)(op, op->geo, task, workspace);
 }
 
 #endif
