@@ -138,7 +138,8 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--seconds", type=_positive(float, "seconds"), default=0.5, metavar="S",
                        help="time spent timing each cell (implementation x case), in two rounds in which "
                             "the implementations take turns; the lesser of the rounds' median calls is reported "
-                            "(default 0.5; at least 5 calls a round are made however small S is)")
+                            "(default 0.5; at least 5 calls a round are made however small S is); a case "
+                            "whose plan looks slower than a peer or than the function gets two more rounds")
     bench.add_argument("--repeat", type=_positive(float, "seconds"), dest="seconds", metavar="S",
                        action=_DeprecatedAlias, instead="--seconds",
                        help="deprecated alias of --seconds (it always meant seconds per cell, not a count)")

@@ -112,8 +112,12 @@ OWN_NAME_SUITES = ("field", "narrow")
 
 
 #: Rounds in which the implementations of a case take turns (measure_case): each is timed for
-#: seconds / ROUNDS per round, and its time is the least of its rounds' medians.
+#: seconds / ROUNDS per round, and its time is the least of its rounds' medians. A case whose plan then
+#: looks slower than a peer, or than the function (which runs the same plan and does more), gets ROUNDS
+#: more (row["rounds"] says how many it had): a loss is reported only when it holds over all of them.
 ROUNDS = 2
+#: How much slower than the function a plan must look to be timed again (the function's own noise).
+PLAN_OVER_FUNCTION = 1.10
 
 
 def median_seconds(fn, seconds=0.5, warmup=3, min_calls=5, max_calls=2000):
@@ -424,6 +428,11 @@ def measure_case(case, threads, seconds=0.5, peers=True, candidates=False):
     if peers:
         runs.update(peers.runners(row, case, x, w, b, ref, threads))
     _time_in_rounds(row, runs, seconds, peers or None, case)
+    row["rounds"] = ROUNDS
+    ratio = _peer_ratio(row)
+    if (ratio is not None and ratio < 1.0) or row["plan_s"] > PLAN_OVER_FUNCTION * row["fastdeconv_s"]:
+        _time_in_rounds(row, runs, seconds, peers or None, case)   # each cell keeps its least round
+        row["rounds"] = 2 * ROUNDS
     if peers:
         peers.ran(row, case)
     if candidates:
