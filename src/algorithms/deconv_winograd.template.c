@@ -552,7 +552,7 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
 /* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)).
  * Tiles are taken a kind at a time (full tiles, then each axis's last, shorter tile), so that a
  * chunk's tiles share their transforms. `whole` makes the choices that depend on the rows (the phase
- * kernel or tiles; F(3, 2) or F(2, 2)): op->geo itself, or, for conv_winograd's bands, a layer of more
+ * kernel or tiles; F(3, 2) or F(2, 2); streamed stores): op->geo itself, or, for conv_winograd's bands, a layer of more
  * rows of which op->geo holds rows starting on whole's tile grid, so that a band's outputs have the
  * bits of the whole layer's (the other fields must be op->geo's). */
 static int FD_FN(winograd_run_rows_of)(const fd_operands *op, const fd_geometry *whole, const fd_task *task,
@@ -569,7 +569,7 @@ static int FD_FN(winograd_run_rows_of)(const fd_operands *op, const fd_geometry 
     if (whole->in_w != geo->in_w || whole->out_w != geo->out_w || whole->in_channels != geo->in_channels ||
         whole->out_channels != geo->out_channels || whole->groups != geo->groups || whole->kernel_h != kH ||
         whole->kernel_w != kW || whole->stride_h != sH || whole->stride_w != sW || whole->pad_top != geo->pad_top ||
-        whole->out_h < Ho)
+        whole->pad_left != geo->pad_left || whole->out_h < Ho)
         return FD_ERR_ARGUMENT;
     if (winograd_direct(whole)) {   /* a phase task (winograd_tasks) */
         const FD_REAL **a_rows = (const FD_REAL **)workspace;
@@ -606,7 +606,7 @@ static int FD_FN(winograd_run_rows_of)(const fd_operands *op, const fd_geometry 
     const ptrdiff_t y0 = Ty > 0 ? winograd_phase_origin(kH, sH, geo->pad_top, ry) : 0;
     const fd_winograd_1d *fy = winograd_tile(Ty, Jy_whole, Cig), *fy_packed = winograd_packed_tile(Ty, Cig);
     const ptrdiff_t last_y = Jy % my;   /* outputs of each image's last tile row when shorter, else 0 */
-    const int stream = winograd_streams(geo, sizeof(FD_REAL));
+    const int stream = winograd_streams(whole, sizeof(FD_REAL));
 
     for (ptrdiff_t g = 0; g < G && !nonfinite; g++) {
         for (ptrdiff_t rx = 0; rx < sW && rx < Wo && !nonfinite; rx++) {
