@@ -39,9 +39,8 @@
  * run writes the band's X (rows row_begin .. row_end + Ty - 2) into the workspace, then runs deconv_winograd
  * over the band with the whole phase's choice of kernel and tiles (winograd_run_rows_of); the bands start on
  * the whole's tile grid, so the tiles are the whole phase's and the results do not depend on the bands (nor
- * on the thread count). Workspace: that X
- * band (at most about CONV_WINOGRAD_BAND_ELEMENTS elements), with dilation the band's outputs, and
- * deconv_winograd's own workspace.
+ * on the thread count). Workspace: that X band (at most about CONV_WINOGRAD_BAND_ELEMENTS elements), with
+ * dilation the band's outputs, and deconv_winograd's own workspace.
  */
 #if defined(FD_ALGORITHM_SHARED)
 

@@ -552,9 +552,9 @@ static int FD_FN(winograd_run_shared)(const fd_operands *op, const fd_task *task
 /* Task: (row phase ry, its tile rows [row_begin, row_end), output channels [col_begin, col_end)).
  * Tiles are taken a kind at a time (full tiles, then each axis's last, shorter tile), so that a
  * chunk's tiles share their transforms. `whole` makes the choices that depend on the rows (the phase
- * kernel or tiles; F(3, 2) or F(2, 2); streamed stores): op->geo itself, or, for conv_winograd's bands, a layer of more
- * rows of which op->geo holds rows starting on whole's tile grid, so that a band's outputs have the
- * bits of the whole layer's (the other fields must be op->geo's). */
+ * kernel or tiles; F(3, 2) or F(2, 2); streamed stores): op->geo itself, or, for conv_winograd's bands,
+ * a layer of more rows of which op->geo holds rows starting on whole's tile grid, so that a band's
+ * outputs have the bits of the whole layer's (the other fields must be op->geo's). */
 static int FD_FN(winograd_run_rows_of)(const fd_operands *op, const fd_geometry *whole, const fd_task *task,
                                        void *workspace)
 {

@@ -386,10 +386,10 @@ def test_im2col_tasks_keep_48_pixels_and_cut_columns_instead():
     ((1, 40, 40, 16), (32, 3, 3, 16), dict(stride=1, padding=2, dilation=2)),   # dilation phases
 ], ids=["k4s2-short", "k4s2-tall", "k3s1", "k3d2"])
 def test_conv_winograd_bands_start_on_the_tile_grid(x_shape, w_shape, kwargs):
-    """The convolution's winograd computes bands of output rows, finer on more threads. Each band runs the
-    tile rows it holds of its phase's whole correlation, from a multiple of the tiles' side: the tiles,
-    their side (F(3, 2) or F(2, 2), by the phase's rows) and the kernel are the whole phase's, so the bits
-    are those of one thread. (Each band used to be tiled on its own: up to 90 % of the outputs differed in
+    """The convolution's winograd computes bands of output rows, finer on more threads. Each band runs
+    over its own rows from a multiple of the tiles' side, with its phase's choice of tiles and kernel: the
+    tiles, their side (F(3, 2) or F(2, 2), by the phase's rows) and the kernel are the whole phase's, so
+    the bits are those of one thread. (Each band used to be tiled on its own: up to 90 % of the outputs differed in
     the last bits at 2 threads.)"""
     rng = np.random.default_rng(3)
     x = rng.standard_normal(x_shape).astype(np.float32)
