@@ -16,9 +16,10 @@
  * without groups and dilation along W, and below IM2COL_ROW_TAPS_MAX_CIN channels, only the pixels at the
  * image's left and right edges are copied, the others read their kH kernel rows (taps of kW*Cin) in place
  * (im2col_row_taps).
- * Task: (image n, output rows [row_begin, row_end), output channels [col_begin, col_end) of each
- * group); threads take disjoint bands, or, when the images have fewer pixels than a group has output
- * channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
+ * Task: (part 0, output rows [row_begin, row_end) counted across the batch: row r is image r / H_out's row
+ * r % H_out, output channels [col_begin, col_end) of each group); threads take disjoint bands (of one
+ * image, or whole small images: im2col_tasks), or, when the images have fewer pixels than a group has
+ * output channels (few pixels, many weights), disjoint column ranges (col_begin a multiple of
  * FD_GEMM_COLUMN_ALIGN, where B's packed panels start). Workspace: chunk*kH*kW pointers for A's rows,
  * chunk for C's.
  */
@@ -78,6 +79,21 @@ static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
 
 /* Output pixels below which a threaded call's tasks take fewer rows of A than the GEMM's tiles use well. */
 #define IM2COL_TASK_PIXELS 48
+/* Whole images of fewer output pixels than this share a task, up to about this many pixels (and at least two
+ * tasks per thread): the indirect GEMM's rows then group the border pixels of all of them by the taps they
+ * lack (im2col_indirect_band), so that row tiles of one such class skip those taps. A 7x7 output in a 3x3
+ * kernel with padding 1 has 24 border pixels of its 49: one image alone gives classes of 5 pixels, fewer
+ * than a row tile, and tiles mixing classes compute every tap. */
+#define IM2COL_SHARED_TASK_PIXELS 1536
+
+/* Tasks over output rows counted across the batch: image n's rows [r0, r1) are rows n*H_out + [r0, r1). */
+static void im2col_rows_across_batch(const fd_geometry *geo, fd_task *tasks, ptrdiff_t count) {
+    for (ptrdiff_t i = 0; tasks != NULL && i < count; i++) {
+        tasks[i].row_begin += tasks[i].part * geo->out_h;
+        tasks[i].row_end += tasks[i].part * geo->out_h;
+        tasks[i].part = 0;
+    }
+}
 
 static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *tasks) {
     const ptrdiff_t cols = geo->out_channels / geo->groups, pixels = geo->batch * geo->out_h * geo->out_w;
@@ -88,7 +104,8 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
         const ptrdiff_t per_part = fd_ceil_div(fd_ceil_div(cols, parts), FD_GEMM_COLUMN_ALIGN) * FD_GEMM_COLUMN_ALIGN;
         for (ptrdiff_t n = 0; n < geo->batch; n++)
             for (ptrdiff_t c0 = 0; c0 < cols; c0 += per_part)
-                fd_task_add(tasks, &count, n, 0, geo->out_h, c0, c0 + per_part < cols ? c0 + per_part : cols);
+                fd_task_add(tasks, &count, 0, n * geo->out_h, (n + 1) * geo->out_h, c0,
+                            c0 + per_part < cols ? c0 + per_part : cols);
         return count;
     }
     /* bands of the images' rows; where they would hold fewer than IM2COL_TASK_PIXELS pixels, or the images
@@ -99,7 +116,22 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
     const ptrdiff_t row_bands = fd_image_bands(geo, threads, 1, NULL);
     const int cut_columns = threads > 1 && cols >= 4 * FD_GEMM_COLUMN_ALIGN && geo->out_w > 0 &&
                             (pixels < IM2COL_TASK_PIXELS * row_bands || row_bands < threads);
-    count = fd_image_bands(geo, threads, cut_columns ? fd_ceil_div(IM2COL_TASK_PIXELS, geo->out_w) : 1, tasks);
+    const ptrdiff_t least = cut_columns ? fd_ceil_div(IM2COL_TASK_PIXELS, geo->out_w) : 1;
+    const ptrdiff_t image_pixels = geo->out_h * geo->out_w;
+    if (!cut_columns && fd_image_bands(geo, threads, least, NULL) == geo->batch && image_pixels > 0 &&
+        image_pixels < IM2COL_SHARED_TASK_PIXELS) {
+        /* one band per image: whole small images per task */
+        ptrdiff_t images = fd_ceil_div(IM2COL_SHARED_TASK_PIXELS, image_pixels);
+        const ptrdiff_t balanced = threads > 1 ? geo->batch / (2 * (ptrdiff_t)threads) : geo->batch;
+        if (images > balanced) images = balanced > 1 ? balanced : 1;
+        count = 0;
+        for (ptrdiff_t n = 0; n < geo->batch; n += images)
+            fd_task_add(tasks, &count, 0, n * geo->out_h, (n + images < geo->batch ? n + images : geo->batch) * geo->out_h,
+                        0, cols);
+        return count;
+    }
+    count = fd_image_bands(geo, threads, least, tasks);
+    im2col_rows_across_batch(geo, tasks, count);
     ptrdiff_t parts = 1, per_part = cols;
     if (cut_columns && count < 2 * (ptrdiff_t)threads) {
         ptrdiff_t most = cols / (2 * FD_GEMM_COLUMN_ALIGN);
@@ -128,6 +160,18 @@ static void im2col_inside_range(ptrdiff_t size, ptrdiff_t out_size, ptrdiff_t ke
     *hi = last >= 0 ? last / stride + 1 : 0;
     if (*hi > out_size) *hi = out_size;
     if (*lo > *hi) *lo = *hi;
+}
+
+/* Class c of output coordinates along one side of `size`, whose taps all lie inside for [lo, hi): class 0 is
+ * [lo, hi), each coordinate outside it a class of its own (those before lo, then those from hi). */
+static inline void im2col_class_range(ptrdiff_t c, ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t *begin, ptrdiff_t *end) {
+    if (c == 0) {
+        *begin = lo;
+        *end = hi;
+        return;
+    }
+    *begin = c - 1 < lo ? c - 1 : hi + (c - 1 - lo);
+    *end = *begin + 1;
 }
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
@@ -250,46 +294,112 @@ static size_t FD_FN(im2col_row_tap_rows)(const fd_geometry *geo, const FD_REAL *
     return (size_t)kH;
 }
 
-/* Pixels [p0, p0 + M) of one image's output (counted row by row) as indirect GEMM rows: a_rows[m*T + t] is
- * tap t's input pixel (x_image: the image at the group's first channel), `outside` where it falls outside the
- * image; c_rows[m] the output pixel (y_image likewise). The pixels whose taps all lie inside come first:
- * each output row's run of them is evenly spaced (the GEMM's strided tiles take such runs whole), and the
- * border pixels, which skip taps, come last in tiles of their own. Any order gives the same bits. */
-static void FD_FN(im2col_pixel_rows)(const fd_geometry *geo, const FD_REAL *x_image, ptrdiff_t p0, ptrdiff_t M,
-                                     const FD_REAL *outside, FD_REAL *y_image, const FD_REAL **a_rows,
-                                     FD_REAL **c_rows)
+/* C rows [0, M) = bias + the indirect GEMM over T taps of Kc elements (the bias alone where Kc is 0: no input
+ * channels). */
+static void FD_FN(im2col_rows_gemm)(ptrdiff_t M, ptrdiff_t cols, ptrdiff_t T, ptrdiff_t Kc, const FD_REAL **a_rows,
+                                    const FD_REAL *matrix, const FD_REAL *bias, FD_REAL **c_rows, int flags)
 {
-    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Wo = geo->out_w, Cout = geo->out_channels;
-    const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, T = kH * kW;
-    ptrdiff_t oy_lo, oy_hi, ox_lo, ox_hi;
-    im2col_inside_range(H, geo->out_h, kH, geo->stride_h, geo->pad_top, geo->dilation_h, &oy_lo, &oy_hi);
+    if (Kc == 0) {
+        for (ptrdiff_t m = 0; m < M; m++)
+            for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = bias ? bias[o] : (FD_REAL)0;
+        return;
+    }
+    FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Kc, a_rows, matrix, bias, c_rows, flags);
+}
+
+/* The indirect GEMM rows of a task's pixels (output rows [row_begin, row_end) across the batch), group g, in
+ * calls of at most chunk_pixels rows: a_rows[m*T + t] is tap t's input pixel, `outside` where it falls outside
+ * the image (NULL: skipped, FD_GEMM_SKIP_NULL); c_rows[m] the output pixel. The pixels come in classes of the
+ * taps they lack, each class over every image of the task: first those whose taps all lie inside (each output
+ * row's run of them evenly spaced: the GEMM's strided tiles take such runs whole), then each border row and
+ * column's, so that a row tile of one class skips the taps its rows lack (a tile mixing classes computes every
+ * tap and puts the missing rows' products back). Any order gives the same bits. */
+static void FD_FN(im2col_indirect_band)(const fd_geometry *geo, const FD_REAL *x_group, const FD_REAL *matrix,
+                                        const FD_REAL *bias, FD_REAL *y_group, ptrdiff_t row_begin, ptrdiff_t row_end,
+                                        ptrdiff_t cols, ptrdiff_t chunk_pixels, const FD_REAL *outside, int flags,
+                                        const FD_REAL **a_rows, FD_REAL **c_rows)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Ho = geo->out_h, Wo = geo->out_w;
+    const ptrdiff_t Cout = geo->out_channels, kH = geo->kernel_h, kW = geo->kernel_w, T = kH * kW;
+    const ptrdiff_t Cig = Cin / geo->groups;
+    ptrdiff_t oy_lo, oy_hi, ox_lo, ox_hi, M = 0;
+    im2col_inside_range(H, Ho, kH, geo->stride_h, geo->pad_top, geo->dilation_h, &oy_lo, &oy_hi);
     im2col_inside_range(W, Wo, kW, geo->stride_w, geo->pad_left, geo->dilation_w, &ox_lo, &ox_hi);
-    ptrdiff_t m = 0;
-    for (int border = 0; border <= 1; border++) {
-        for (ptrdiff_t q = 0, oy = p0 / Wo, ox = p0 % Wo; q < M; q++) {
-            const int inside = oy >= oy_lo && oy < oy_hi && ox >= ox_lo && ox < ox_hi;
-            if (inside != border) {
-                for (ptrdiff_t ky = 0; ky < kH; ky++) {
-                    const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
-                    for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                        const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
-                        const int tap_inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                        a_rows[m * T + ky * kW + kx] = tap_inside ? x_image + (iy * W + ix) * Cin : outside;
+    const ptrdiff_t y_classes = 1 + Ho - (oy_hi - oy_lo), x_classes = 1 + Wo - (ox_hi - ox_lo);
+    for (ptrdiff_t cy = 0; cy < y_classes; cy++) {
+        ptrdiff_t y0, y1;
+        im2col_class_range(cy, oy_lo, oy_hi, &y0, &y1);
+        for (ptrdiff_t cx = 0; cx < x_classes; cx++) {
+            ptrdiff_t x0, x1;
+            im2col_class_range(cx, ox_lo, ox_hi, &x0, &x1);
+            if (y0 >= y1 || x0 >= x1) continue;
+            for (ptrdiff_t n = row_begin / Ho; n * Ho < row_end; n++) {
+                const ptrdiff_t first = row_begin - n * Ho > y0 ? row_begin - n * Ho : y0;
+                const ptrdiff_t last = row_end - n * Ho < y1 ? row_end - n * Ho : y1;
+                const FD_REAL *x_image = x_group + n * H * W * Cin;
+                for (ptrdiff_t oy = first; oy < last; oy++) {
+                    for (ptrdiff_t ox = x0; ox < x1; ox++) {
+                        for (ptrdiff_t ky = 0; ky < kH; ky++) {
+                            const ptrdiff_t iy = oy * geo->stride_h - geo->pad_top + ky * geo->dilation_h;
+                            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                                const ptrdiff_t ix = ox * geo->stride_w - geo->pad_left + kx * geo->dilation_w;
+                                const int tap_inside = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                                a_rows[M * T + ky * kW + kx] = tap_inside ? x_image + (iy * W + ix) * Cin : outside;
+                            }
+                        }
+                        c_rows[M++] = y_group + ((n * Ho + oy) * Wo + ox) * Cout;
+                        if (M == chunk_pixels) {
+                            FD_FN(im2col_rows_gemm)(M, cols, T, Cig, a_rows, matrix, bias, c_rows, flags);
+                            M = 0;
+                        }
                     }
                 }
-                c_rows[m++] = y_image + (p0 + q) * Cout;
             }
-            if (++ox == Wo) {
-                ox = 0;
-                oy++;
+        }
+    }
+    if (M > 0) FD_FN(im2col_rows_gemm)(M, cols, T, Cig, a_rows, matrix, bias, c_rows, flags);
+}
+
+/* Rows [oy_begin, oy_end) of image n, as the dense copy, the row taps or (pointwise) x's own pixels. */
+static void FD_FN(im2col_image_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed,
+                                     const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t n,
+                                     ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t col_begin, ptrdiff_t cols,
+                                     ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows,
+                                     FD_REAL *FD_RESTRICT dense, const FD_REAL *zeros)
+{
+    const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels;
+    const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, Cout = geo->out_channels;
+    const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
+    const size_t K = (size_t)(geo->kernel_h * geo->kernel_w * Cig);
+    const ptrdiff_t first = oy_begin * Wo, last = oy_end * Wo;
+    FD_REAL *const y_pixels = y + n * Ho * Wo * Cout;   /* image n's output pixel p is y_pixels[p * Cout...] */
+    for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
+        const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
+        for (ptrdiff_t g = 0; g < G; g++) {
+            const FD_REAL *matrix = (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin;
+            const FD_REAL *g_bias = bias ? bias + g * Cog + col_begin : NULL;
+            size_t taps = 1;
+            if (dense != NULL) {
+                if (zeros != NULL) {
+                    taps = FD_FN(im2col_row_tap_rows)(geo, x, n, p0, M, dense, zeros, a_rows);
+                } else {
+                    FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
+                    for (ptrdiff_t m = 0; m < M; m++) a_rows[m] = dense + (size_t)m * K;
+                }
+            } else {   /* pointwise: output pixel p reads input pixel p */
+                const FD_REAL *x_first = x + (n * H * W + p0) * Cin + g * Cig;
+                for (ptrdiff_t m = 0; m < M; m++) a_rows[m] = x_first + m * Cin;
             }
+            for (ptrdiff_t m = 0; m < M; m++) c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
+            FD_FN(im2col_rows_gemm)(M, cols, (ptrdiff_t)taps, (ptrdiff_t)(K / taps), a_rows, matrix, g_bias, c_rows, 0);
         }
     }
 }
 
+/* Output rows [row_begin, row_end) counted across the batch, output channels [col_begin, col_end) of each group. */
 static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RESTRICT x, const void *packed,
-                                   const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t n,
-                                   ptrdiff_t oy_begin, ptrdiff_t oy_end, ptrdiff_t col_begin, ptrdiff_t col_end,
+                                   const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin,
+                                   ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end,
                                    ptrdiff_t chunk_pixels, const FD_REAL **a_rows, FD_REAL **c_rows,
                                    FD_REAL *FD_RESTRICT dense)
 {
@@ -298,8 +408,8 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, T = kH * kW;
     const ptrdiff_t G = geo->groups, Cig = Cin / G, Cog = Cout / G;
     const ptrdiff_t cols = col_end - col_begin;
-    if (chunk_pixels < 1 || oy_begin < 0 || oy_end > Ho || oy_begin >= oy_end || col_begin < 0 || cols < 0 ||
-        col_end > Cog || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
+    if (chunk_pixels < 1 || row_begin < 0 || row_end > geo->batch * Ho || row_begin >= row_end || col_begin < 0 ||
+        cols < 0 || col_end > Cog || col_begin % FD_GEMM_COLUMN_ALIGN != 0)
         return FD_ERR_WORKSPACE;
     const int finite = *(const int *)fd_blob_part(packed, IM2COL_FINITE);
     const FD_REAL *outside = finite ? NULL : (const FD_REAL *)fd_blob_part(packed, IM2COL_ZEROS);
@@ -311,46 +421,21 @@ static int FD_FN(conv_im2col_band)(const fd_geometry *geo, const FD_REAL *FD_RES
     /* a 1x1 kernel of stride 1 without padding: the output's pixels are the input's */
     const int pointwise = T == 1 && geo->stride_h == 1 && geo->stride_w == 1 && geo->pad_top == 0 &&
                           geo->pad_left == 0 && Ho == H && Wo == W;
-    const ptrdiff_t first = oy_begin * Wo, last = oy_end * Wo;
-    FD_REAL *const y_pixels = y + n * Ho * Wo * Cout;   /* image n's output pixel p is y_pixels[p * Cout...] */
-    for (ptrdiff_t p0 = first; p0 < last; p0 += chunk_pixels) {
-        const ptrdiff_t M = (last - p0 < chunk_pixels) ? last - p0 : chunk_pixels;
-        for (ptrdiff_t g = 0; g < G; g++) {
-            if (dense != NULL && Cig > 0) {
-                size_t taps = 1;
-                if (zeros != NULL) {
-                    taps = FD_FN(im2col_row_tap_rows)(geo, x, n, p0, M, dense, zeros, a_rows);
-                } else {
-                    FD_FN(im2col_dense_rows)(geo, x, n, g, p0, M, dense);
-                    for (ptrdiff_t m = 0; m < M; m++) a_rows[m] = dense + (size_t)m * K;
-                }
-                for (ptrdiff_t m = 0; m < M; m++) c_rows[m] = y_pixels + (p0 + m) * Cout + g * Cog + col_begin;
-                FD_FN(gemm_indirect)((size_t)M, (size_t)cols, taps, K / taps, a_rows,
-                                     (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin,
-                                     bias ? bias + g * Cog + col_begin : NULL, c_rows, 0);
-                continue;
-            }
-            if (pointwise) {   /* output pixel p reads input pixel p */
-                const FD_REAL *x_first = x + (n * H * W + p0) * Cin + g * Cig;
-                FD_REAL *y_first = y_pixels + p0 * Cout + g * Cog + col_begin;
-                for (ptrdiff_t m = 0; m < M; m++) {
-                    a_rows[m] = x_first + m * Cin;
-                    c_rows[m] = y_first + m * Cout;
-                }
-            } else {
-                FD_FN(im2col_pixel_rows)(geo, x + n * H * W * Cin + g * Cig, p0, M, outside,
-                                         y_pixels + g * Cog + col_begin, a_rows, c_rows);
-            }
-            if (Cig == 0) {
-                for (ptrdiff_t m = 0; m < M; m++)
-                    for (ptrdiff_t o = 0; o < cols; o++) c_rows[m][o] = bias ? bias[g * Cog + col_begin + o] : (FD_REAL)0;
-                continue;
-            }
-            const FD_REAL *matrix = (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g);
-            FD_FN(gemm_indirect)((size_t)M, (size_t)cols, (size_t)T, (size_t)Cig, a_rows, matrix + K * (size_t)col_begin,
-                                 bias ? bias + g * Cog + col_begin : NULL, c_rows, finite ? FD_GEMM_SKIP_NULL : 0);
+    if ((dense != NULL && Cig > 0) || pointwise) {   /* image by image, each in chunks of its pixels in order */
+        for (ptrdiff_t r = row_begin; r < row_end;) {
+            const ptrdiff_t n = r / Ho, oy_begin = r % Ho;
+            const ptrdiff_t oy_end = row_end - n * Ho < Ho ? row_end - n * Ho : Ho;
+            FD_FN(im2col_image_band)(geo, x, packed, bias, y, n, oy_begin, oy_end, col_begin, cols, chunk_pixels,
+                                     a_rows, c_rows, dense != NULL && Cig > 0 ? dense : NULL, zeros);
+            r += oy_end - oy_begin;
         }
+        return FD_OK;
     }
+    for (ptrdiff_t g = 0; g < G; g++)
+        FD_FN(im2col_indirect_band)(geo, x + g * Cig,
+                                    (const FD_REAL *)fd_blob_part(packed, IM2COL_MATRICES + (size_t)g) + K * (size_t)col_begin,
+                                    bias ? bias + g * Cog + col_begin : NULL, y + g * Cog + col_begin, row_begin, row_end,
+                                    cols, chunk_pixels, outside, finite ? FD_GEMM_SKIP_NULL : 0, a_rows, c_rows);
     return FD_OK;
 }
 
@@ -387,7 +472,7 @@ static int FD_FN(im2col_run)(const fd_operands *op, const fd_task *t, void *work
     FD_REAL *dense = im2col_dense(op->geo) || im2col_row_taps(op->geo) ? (FD_REAL *)((char *)workspace + fd_round_up((size_t)op->chunk *
                          (size_t)(op->geo->kernel_h * op->geo->kernel_w + 1) * sizeof(void *), FD_BLOB_ALIGN)) : NULL;
     return FD_FN(conv_im2col_band)(op->geo, (const FD_REAL *)op->x, op->packed, (const FD_REAL *)op->bias,
-                                   (FD_REAL *)op->y, t->part, t->row_begin, t->row_end, t->col_begin, t->col_end,
+                                   (FD_REAL *)op->y, t->row_begin, t->row_end, t->col_begin, t->col_end,
                                    op->chunk, a_rows, c_rows, dense);
 }
 

@@ -42,8 +42,9 @@ def test_threads_take_column_ranges(case):
     cols = case.c_out // (case.groups // _cpu_backend.group_merge(geometry))   # the merged groups' columns
     assert len(tasks) > case.n
     assert set(tasks[:, 3] % 32) == {0} and tasks[:, 4].max() == cols
+    out_h = geometry.output_hw[0]   # im2col's rows are counted across the batch: row r is image r // out_h's
     for image in range(case.n):   # each image's column ranges cover its output channels once
-        ranges = sorted((c0, c1) for part, _, _, c0, c1 in tasks if part == image)
+        ranges = sorted((c0, c1) for _, r0, r1, c0, c1 in tasks if (r0, r1) == (image * out_h, (image + 1) * out_h))
         assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
 
 

@@ -178,12 +178,14 @@ def test_fork_in_the_middle_of_threaded_calls():
     ("depthwise", (2, 15, 8, 6), (6, 4, 4, 1), dict(stride=2, padding=1, groups=6)),
     (None, (2, 11, 9, 6), (8, 3, 3, 3), dict(stride=1, padding=1, groups=2)),   # conv2d: im2col
     (None, (2, 12, 10, 8), (8, 3, 3, 1), dict(stride=2, padding=1, groups=8)),  # conv2d: depthwise
+    # conv2d: winograd's small outputs run im2col's indirect rows, whole images per task, border pixels by class
+    (None, (9, 5, 6, 40), (24, 3, 3, 20), dict(padding=1, groups=2)),
     # GEMM panels of K > 2048 run in blocks of taps under a budget of 256 KiB (src/kernels/gemm_internal.h),
     # cut by K alone
     ("phase", (2, 6, 5, 260), (260, 6, 6, 40), dict(stride=2, padding=2)),
     (None, (1, 8, 7, 256), (40, 3, 3, 256), dict(padding=2, dilation=2)),         # conv2d: im2col
 ], ids=["phase-columns", "phase-rows", "col2im-bands", "col2im-images", "depthwise", "im2col", "conv-depthwise",
-        "phase-tap-blocks", "im2col-tap-blocks"])
+        "im2col-small-images", "phase-tap-blocks", "im2col-tap-blocks"])
 def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
     """Every cut (the algorithm's own, finer per thread, the Ctrl-C cut down to tiny tasks) at 1-4
     threads gives the same bits as one serial task list."""
