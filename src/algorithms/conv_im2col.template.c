@@ -118,8 +118,7 @@ static ptrdiff_t im2col_tasks(const fd_geometry *geo, int threads, fd_task *task
                             (pixels < IM2COL_TASK_PIXELS * row_bands || row_bands < threads);
     const ptrdiff_t least = cut_columns ? fd_ceil_div(IM2COL_TASK_PIXELS, geo->out_w) : 1;
     const ptrdiff_t image_pixels = geo->out_h * geo->out_w;
-    if (!cut_columns && fd_image_bands(geo, threads, least, NULL) == geo->batch && image_pixels > 0 &&
-        image_pixels < IM2COL_SHARED_TASK_PIXELS) {
+    if (!cut_columns && row_bands == geo->batch && image_pixels > 0 && image_pixels < IM2COL_SHARED_TASK_PIXELS) {
         /* one band per image: whole small images per task */
         ptrdiff_t images = fd_ceil_div(IM2COL_SHARED_TASK_PIXELS, image_pixels);
         const ptrdiff_t balanced = threads > 1 ? geo->batch / (2 * (ptrdiff_t)threads) : geo->batch;
