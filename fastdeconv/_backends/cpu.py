@@ -100,8 +100,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     with fewer outputs than inputs the kernel's vectors run part-filled. One whose kernel sides are 2 or
     3 times its strides (k3 s1, k4 s2; dilated only with stride 1) with enough channels
     (sH·sW·C_in/groups >= 32, C_out/groups >= 16), at most 16 MiB of weights (as for transposed
-    convolutions, below) and not many more in than out (sH·sW·C_in <= 8·C_out: with 16-48 outputs from
-    400-3000 channels its transformed tiles, not the GEMMs, set the pace) uses "winograd": its stride
+    convolutions, below) and, below 64 outputs per group, not many more in than out (sH·sW·C_in <= 8·C_out:
+    with 16-48 outputs from 400-3000 channels its transformed tiles, not the GEMMs, set the pace; from 64
+    outputs it was as fast or faster whatever the inputs) uses "winograd": its stride
     phases as channels (a stride-1 correlation of 2 or 3 taps per side), computed in Winograd tiles
     (images of fewer than 64 output pixels run its im2col kernel, and so do calls of fewer than 512 outputs
     of a strided layer with at least 2 Mi weight elements, where reading the 2.25x larger transformed
@@ -202,7 +203,11 @@ _WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP = 32
 # of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
 # of 4, grouped07); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
 _WINOGRAD_GROUPED_IN_PER_GROUP = 16
+# The convolution's "winograd" with sH·sW·C_in/groups up to this many times C_out/groups, or with at least
+# this many outputs per group from any number of inputs: 1.05-1.46x faster than im2col at 1, 2 and 4 threads
+# from 512-1024 inputs to 64-128 outputs, one slower by 11 % at 16 (asv_benches/NOTES.md, 2026-12-07 third).
 _CONV_WINOGRAD_MAX_IN_PER_OUT = 8
+_CONV_WINOGRAD_ANY_IN_MIN_OUT = 64
 # Above this many bytes of float32 weights a layer keeps its direct algorithm: Winograd's packed
 # weights (2.8-5x the weights: the direct kernel's and the transformed ones) would outgrow the weight
 # cache (a 64 MiB layer's 272 MiB did: the function API re-packed it on every call, 190 ms against
@@ -253,13 +258,13 @@ def _weight_bytes(geometry: ConvGeometry) -> int:
 def _conv_winograd_pays(geometry: ConvGeometry) -> bool:
     """A convolution whose kernel is 2 or 3 times its stride runs as a stride-1 correlation of 2 or 3
     taps per side over sH·sW·C_in channels (src/algorithms/conv_winograd.template.c): Winograd pays on
-    the same channel terms as for that correlation, while the outputs are not far fewer than the
-    input channels (the field suite's encoders: asv_benches/NOTES.md)."""
+    the same channel terms as for that correlation, while the outputs are many (64 per group) or not far
+    fewer than the input channels (the field suite's encoders: asv_benches/NOTES.md)."""
     (kh, kw), (sh, sw) = geometry.kernel_hw, geometry.stride
+    inputs, outputs = geometry.in_per_group * sh * sw, geometry.out_per_group
     return (kh % sh == 0 and kw % sw == 0 and 2 <= kh // sh <= 3 and 2 <= kw // sw <= 3
-            and _WINOGRAD_MIN_IN_PER_GROUP <= geometry.in_per_group * sh * sw
-            <= _CONV_WINOGRAD_MAX_IN_PER_OUT * geometry.out_per_group
-            and geometry.out_per_group >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and inputs >= _WINOGRAD_MIN_IN_PER_GROUP and outputs >= _WINOGRAD_MIN_OUT_PER_GROUP
+            and (inputs <= _CONV_WINOGRAD_MAX_IN_PER_OUT * outputs or outputs >= _CONV_WINOGRAD_ANY_IN_MIN_OUT)
             and _weight_bytes(geometry) <= _WINOGRAD_MAX_WEIGHT_BYTES and supports("winograd", geometry))
 
 

@@ -440,6 +440,23 @@ def test_automatic_choice(x_shape, w_shape, kw, want):
     assert _cpu_backend.choose_algorithm(geometry) == want
 
 
+@pytest.mark.parametrize("x_shape,w_shape,stride,want", [
+    ((1, 45, 45, 768), (128, 4, 4, 768), 2, "winograd"),    # 64 outputs or more: whatever the inputs
+    ((2, 16, 16, 1024), (96, 3, 3, 1024), 1, "winograd"),
+    ((1, 64, 64, 512), (64, 4, 4, 512), 2, "winograd"),
+    ((1, 48, 48, 768), (48, 3, 3, 768), 1, "im2col"),        # below 64: at most 8 inputs (times sH·sW) per output
+    ((1, 48, 48, 384), (48, 3, 3, 384), 1, "winograd"),
+    ((1, 96, 96, 768), (32, 4, 4, 768), 2, "im2col"),
+    ((1, 128, 128, 384), (16, 3, 3, 384), 1, "im2col"),
+    ((1, 64, 64, 2048), (512, 3, 3, 2048), 1, "im2col"),     # 36 MiB of weights
+])
+def test_automatic_conv_choice(x_shape, w_shape, stride, want):
+    """The convolution's "winograd" rule (fastdeconv._backends.cpu._conv_winograd_pays): from 64 outputs
+    per group any number of inputs, below that at most 8 inputs per output; never over 16 MiB of weights."""
+    geometry = resolve_conv2d(x_shape, w_shape, stride, 1)
+    assert _cpu_backend.choose_algorithm(geometry) == want
+
+
 def test_the_choice_does_not_depend_on_the_input_size():
     """A layer packs once for every input, so its algorithm is chosen from the weights and parameters
     (a layer is built before any input exists): the same for a 1x1 and a 64x64 input."""
