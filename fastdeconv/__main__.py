@@ -131,7 +131,7 @@ def build_parser(prog="fastdeconv"):
                             "(fastdeconv.bench.field), with a summary of the ratios and the worst layers")
     bench.add_argument("--candidates", action="store_true",
                        help="also time every algorithm that can run each case, and say how often the automatic "
-                            "choice is within 10 %% of the fastest")
+                            "choice is within 10 %% of the fastest (naming the layers where it is not)")
     bench.add_argument("--threads", type=_positive(int, "threads"), default=None, metavar="N",
                        help="threads for fastdeconv, the peers and the sgemm peak (default: fastdeconv's "
                             "default, OMP_NUM_THREADS or the CPUs it may use)")

@@ -506,9 +506,14 @@ def field_summary(rows, worst=10):
     if timed:
         # The choice's own candidate cell, timed in the same turns as its rivals; the plan cell was timed
         # in other turns, so comparing it would add the noise between two cells of one kernel.
-        within = sum(1 for r in timed
-                     if r["candidates"].get(r["algorithm"], r["plan_s"]) <= 1.10 * min(r["candidates"].values()))
-        lines.append(f"automatic choice within 10 % of the fastest algorithm: {within} of {len(timed)} layers")
+        misses = [r for r in timed
+                  if r["candidates"].get(r["algorithm"], r["plan_s"]) > 1.10 * min(r["candidates"].values())]
+        lines.append(f"automatic choice within 10 % of the fastest algorithm: {len(timed) - len(misses)} of "
+                     f"{len(timed)} layers")
+        for r in misses:
+            cells = ", ".join(f"{name} {seconds * 1e3:.3f}" for name, seconds in
+                              sorted(r["candidates"].items(), key=lambda item: item[1]))
+            lines.append(f"  {r['case']:<14} {r['algorithm']:<10} candidates (ms): {cells}")
     if ratios:
         lines.append(f"the {min(worst, len(ratios))} worst layers (× the faster peer, our algorithm):")
         for r, x in sorted(ratios, key=lambda item: item[1])[:worst]:

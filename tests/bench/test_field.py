@@ -104,6 +104,10 @@ def test_field_summary_lines_name_the_worst_layers_and_the_choice():
     assert lines[0].startswith("× the faster peer (plan): 3 layers, min 0.50")
     assert "function / plan: median 1.50, max 1.50" in lines
     assert "automatic choice within 10 % of the fastest algorithm: 2 of 3 layers" in lines
+    # the miss is named with its candidates, fastest first
+    miss = lines.index("automatic choice within 10 % of the fastest algorithm: 2 of 3 layers") + 1
+    assert lines[miss].split() == ["c1", "phase", "candidates", "(ms):", "col2im", "500.000,", "phase", "1000.000"]
+    assert not lines[miss + 1].startswith("  c")
     assert lines[-2].split()[:2] == ["0.50×", "c0"] and lines[-1].split()[:2] == ["2.00×", "c1"]
     assert "fastest candidate col2im" in lines[-1]
 
