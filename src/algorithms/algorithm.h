@@ -128,14 +128,23 @@ static inline const void *fd_blob_part(const void *blob, size_t index) {
 
 /* An indirect GEMM's chunk of output pixels: its A rows (chunk * K elements) take
  * FD_GEMM_CHUNK_BYTES of cache next to the B panel (a size chosen on the benchmark suite), in
- * multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and FD_GEMM_CHUNK_MAX_PIXELS. */
+ * multiples of 48 rows (MR = 6, 8, 12, 16 all divide 48), between 48 and FD_GEMM_CHUNK_MAX_PIXELS.
+ * Each chunk's GEMM reads all of the packed B (K * N elements), so a B of over FD_GEMM_CHUNK_B_BYTES,
+ * which comes from L3 or memory, takes chunks of at least FD_GEMM_CHUNK_B_PIXELS (a 3x3 layer of 2048
+ * channels had chunks of 48 pixels, each reading its 36 MiB of weights again). N = 0: A's budget alone. */
 #define FD_GEMM_CHUNK_BYTES (512 << 10)
 #define FD_GEMM_CHUNK_MAX_PIXELS 1536
+#define FD_GEMM_CHUNK_B_BYTES (2 << 20)
+#ifndef FD_GEMM_CHUNK_B_PIXELS
+#define FD_GEMM_CHUNK_B_PIXELS 480
+#endif
 
-static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, size_t itemsize) {
+static inline ptrdiff_t fd_gemm_chunk(ptrdiff_t K, ptrdiff_t N, size_t itemsize) {
     const size_t row_bytes = K > 0 ? (size_t)K * itemsize : 1;
     ptrdiff_t rows = (ptrdiff_t)(FD_GEMM_CHUNK_BYTES / row_bytes) / 48 * 48;
     if (rows < 48) rows = 48;
+    if (N > 0 && (double)K * (double)N * (double)itemsize > (double)FD_GEMM_CHUNK_B_BYTES && rows < FD_GEMM_CHUNK_B_PIXELS)
+        rows = FD_GEMM_CHUNK_B_PIXELS;
     return rows < FD_GEMM_CHUNK_MAX_PIXELS ? rows : FD_GEMM_CHUNK_MAX_PIXELS;
 }
 
@@ -157,14 +166,21 @@ static inline fd_workspace fd_no_workspace(const fd_geometry *geo, int dtype) {
     return ws;
 }
 
-/* A workspace rule (fd_workspace_fn) for an indirect GEMM over kH*kW taps: a chunk of output pixels
- * (fd_gemm_chunk) with kH*kW A-row pointers and one C-row pointer each. */
-static inline fd_workspace fd_indirect_gemm_workspace(const fd_geometry *geo, int dtype) {
-    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
+/* An indirect GEMM over `taps` taps of K elements in all, against N columns (fd_gemm_chunk): a chunk of
+ * output pixels with `taps` A-row pointers and one C-row pointer each. */
+static inline fd_workspace fd_gemm_pointers_workspace(ptrdiff_t taps, ptrdiff_t K, ptrdiff_t N, int dtype) {
     fd_workspace ws;
-    ws.chunk = fd_gemm_chunk(taps * (geo->in_channels / geo->groups), fd_itemsize(dtype));
+    ws.chunk = fd_gemm_chunk(K, N, fd_itemsize(dtype));
     ws.bytes = (size_t)ws.chunk * (size_t)(taps + 1) * sizeof(void *);
     return ws;
+}
+
+/* A workspace rule (fd_workspace_fn) for an indirect GEMM over kH*kW taps of C_in/groups channels into
+ * C_out/groups columns (fd_gemm_pointers_workspace). */
+static inline fd_workspace fd_indirect_gemm_workspace(const fd_geometry *geo, int dtype) {
+    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w;
+    return fd_gemm_pointers_workspace(taps, taps * (geo->in_channels / geo->groups),
+                                      geo->out_channels / geo->groups, dtype);
 }
 
 /* ------------------------------------------------------------------ task rules

@@ -67,13 +67,13 @@ static int im2col_row_taps(const fd_geometry *geo) {
 }
 
 /* The indirect GEMM's pointers, then (dense A or row taps) chunk rows of kH*kW*Cig elements: at most about
- * FD_GEMM_CHUNK_BYTES, since the chunk is sized by that row length; one more row of zeros for the
- * row taps above and below the image. */
+ * FD_GEMM_CHUNK_BYTES, since such a chunk is sized by that row length alone (not by B's size); one more
+ * row of zeros for the row taps above and below the image. */
 static fd_workspace im2col_workspace(const fd_geometry *geo, int dtype) {
-    fd_workspace ws = fd_indirect_gemm_workspace(geo, dtype);
-    if (im2col_dense(geo) || im2col_row_taps(geo))
-        ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)(ws.chunk + 1) *
-                   (size_t)(geo->kernel_h * geo->kernel_w) * (size_t)(geo->in_channels / geo->groups) * fd_itemsize(dtype);
+    const ptrdiff_t taps = geo->kernel_h * geo->kernel_w, K = taps * (geo->in_channels / geo->groups);
+    if (!im2col_dense(geo) && !im2col_row_taps(geo)) return fd_indirect_gemm_workspace(geo, dtype);
+    fd_workspace ws = fd_gemm_pointers_workspace(taps, K, 0, dtype);
+    ws.bytes = fd_round_up(ws.bytes, FD_BLOB_ALIGN) + (size_t)(ws.chunk + 1) * (size_t)K * fd_itemsize(dtype);
     return ws;
 }
 

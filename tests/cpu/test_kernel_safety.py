@@ -580,6 +580,38 @@ def test_col2im_workspace_does_not_grow_with_the_image(threads):
     assert grown < result + (32 << 20), f"peak RSS grew by {grown >> 20} MiB for a {result >> 20} MiB result"
 
 
+@pytest.mark.parametrize("out_channels,chunk", [(8, 48), (64, 480)])
+def test_an_indirect_gemm_chunk_grows_with_the_weights_it_reads(out_channels, chunk):
+    """Each chunk's GEMM reads all of the packed weights: over 2 MiB of them (64 outputs of K = 9·2048) a
+    chunk takes at least 480 output pixels, where A's 512 KiB budget alone gives 48 (a 3x3 layer of 2048
+    channels read its 36 MiB of weights once per 48 pixels; src/algorithms/algorithm.h, fd_gemm_chunk).
+    Workspace: a chunk's 9 A-row pointers and one C-row pointer per pixel, in whole cache lines."""
+    from fastdeconv import _params
+
+    w = np.zeros((out_channels, 3, 3, 2048), np.float32)
+    geometry = _params.resolve_conv2d((1, 32, 32, 2048), w.shape, 1, 1)
+    runner = _cpu.Runner(_cpu.PackedWeights("im2col", w, geometry), None, geometry)
+    assert runner.workspace_bytes == -(-chunk * 10 * 8 // 64) * 64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunks_of_a_large_weight_give_the_reference_and_the_same_bits_at_any_thread_count(dtype):
+    """2.25 MiB of float32 weights (256 -> 256, 3x3) over 576 output pixels: chunks of 480 and 96 pixels."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 24, 24, 256)).astype(dtype)
+    w = rng.standard_normal((256, 3, 3, 256)).astype(dtype)
+    results = []
+    for threads in (1, 2, 3):
+        fastdeconv.set_num_threads(threads)
+        try:
+            results.append(fastdeconv.Conv2d(w, None, padding=1, algorithm="im2col")(x))
+        finally:
+            fastdeconv.set_num_threads(0)
+    assert_close(results[0], fastdeconv.reference.conv2d(x, w, padding=1), dtype, 9 * 256)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
 def test_a_runner_refuses_weights_packed_for_another_layer():
     """Packed weights run only with a geometry of their packing (kind, channels, groups, kernel, stride,
     dilation) and a bias of C_out values: a mismatch would make the kernels read past the
