@@ -602,11 +602,8 @@ def test_chunks_of_a_large_weight_give_the_reference_and_the_same_bits_at_any_th
     w = rng.standard_normal((256, 3, 3, 256)).astype(dtype)
     results = []
     for threads in (1, 2, 3):
-        fastdeconv.set_num_threads(threads)
-        try:
+        with threaded(threads):
             results.append(fastdeconv.Conv2d(w, None, padding=1, algorithm="im2col")(x))
-        finally:
-            fastdeconv.set_num_threads(0)
     assert_close(results[0], fastdeconv.reference.conv2d(x, w, padding=1), dtype, 9 * 256)
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
