@@ -557,10 +557,15 @@ cdef double _min_task_flops = 1e6
 # A task is also the unit between two looks for Ctrl-C: a call's tasks are cut finer (as for 2x, 4x, ...
 # the threads) until each has at most _task_flops FLOPs (float64 counts double) and _task_elements
 # output elements (tens of ms of work). Only calls of several GFLOPs or 16M output elements are
-# affected. Free for phase, depthwise and im2col; col2im's bands recompute the input rows they share
-# (asv_benches/NOTES.md: the cost measured; its automatic choices are far smaller).
+# affected. col2im's bands recompute the input rows they share (asv_benches/NOTES.md: the cost
+# measured; its automatic choices are far smaller). The cut stops before a task holds fewer than
+# _task_min_chunks of the algorithm's chunks (the workspace's `chunk`: output pixels of an indirect GEMM,
+# input pixels of col2im, tiles of winograd): each chunk reads all of the packed weights, so tasks
+# smaller than a few chunks read large weights again and again (PSPNet's 72 MiB bottleneck, cut into
+# its 60 output rows for Ctrl-C, read them 60 times a call).
 cdef double _task_flops = 4e9
 cdef double _task_elements = 1 << 24
+cdef int _task_min_chunks = 4
 # How often the calling thread looks for signals during a call.
 cdef long long _poll_ns = 20_000_000
 
@@ -571,6 +576,17 @@ def set_task_flops(double flops):
     global _task_flops
     previous = _task_flops
     _task_flops = flops
+    return previous
+
+
+def set_task_min_chunks(int chunks):
+    """Stop the Ctrl-C cut before a task holds fewer than `chunks` of its algorithm's chunks; returns the
+    previous value. For tests (0: cut down to tiny tasks)."""
+    global _task_min_chunks
+    if chunks < 0:
+        raise ValueError(f"chunks must be at least 0, got {chunks}")
+    previous = _task_min_chunks
+    _task_min_chunks = chunks
     return previous
 
 
@@ -587,12 +603,14 @@ def set_task_cut(int tasks_per_thread, double min_task_flops):
 
 
 cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, int threads, double flops,
-                             int *cut) noexcept nogil:
+                             Py_ssize_t chunk, int *cut) noexcept nogil:
     """The task count for `threads`: the algorithm's own cut, made finer for a threaded call while it has
     fewer than _tasks_per_thread tasks per thread and its tasks stay above _min_task_flops, then finer
-    while tasks are too large for Ctrl-C. *cut receives the `threads` argument that alg.tasks needs to
-    reproduce them (the rules cut finer for more threads; the result does not depend on the cut)."""
-    cdef double elements = <double>geo.batch * geo.out_h * geo.out_w * geo.out_channels
+    while tasks are too large for Ctrl-C and keep _task_min_chunks chunks of `chunk` pixels (0: no
+    chunk). *cut receives the `threads` argument that alg.tasks needs to reproduce them (the rules cut
+    finer for more threads; the result does not depend on the cut)."""
+    cdef double pixels = <double>geo.batch * geo.out_h * geo.out_w
+    cdef double elements = pixels * geo.out_channels
     cut[0] = threads
     cdef Py_ssize_t n = alg.tasks(geo, threads, NULL), finer
     cdef int doubled = threads
@@ -608,8 +626,11 @@ cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, in
                 n = finer
                 cut[0] = doubled
     while n > 0 and (flops / n > _task_flops or elements / n > _task_elements) and cut[0] < 4096:
+        finer = alg.tasks(geo, cut[0] * 2, NULL)
+        if finer > n and pixels / finer < <double>_task_min_chunks * chunk:
+            break
         cut[0] *= 2
-        n = alg.tasks(geo, cut[0], NULL)
+        n = finer
     return n
 
 
@@ -685,7 +706,8 @@ cdef class Runner:
         self.ntasks = 0
         if self.geo.batch > 0 and self.geo.out_channels > 0:   # else an empty result: nothing to compute
             self.ntasks = _count_tasks(alg, &self.geo, threads,
-                                       geometry.flops * (2.0 if packed.dtype_index == FD_FLOAT64 else 1.0), &cut)
+                                       geometry.flops * (2.0 if packed.dtype_index == FD_FLOAT64 else 1.0),
+                                       ws.chunk, &cut)
         self.task_array = np.zeros((max(self.ntasks, 1), 5), dtype=np.intp)
         if self.ntasks > 0:
             alg.tasks(&self.geo, cut, <fd_task *>cnp.PyArray_DATA(self.task_array))

@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 import fastdeconv
-from fastdeconv import _config, _cpu
+from fastdeconv import _config, _cpu, _params
+from fastdeconv._backends import cpu as _cpu_backend
 
 CHILD_TIMEOUT = 30   # seconds for a child's small call: generous for a loaded machine, finite for a hang
 
@@ -142,13 +143,12 @@ def _long_call_scenario(threads):
     # Tasks of about TASK_SECONDS on this build, however fast it is (an optimised build, the sanitizer
     # build, a busy machine): the signal is looked for between tasks, so the bound below follows from
     # the task time measured here, not from the machine's speed. The call is cut into tasks of at most
-    # task_flops, as far as the algorithm's task rule can cut (rows of an image); one image took
-    # one_image on `threads`.
+    # task_flops, as far as the algorithm's task rule can cut and a task keeps a few of its GEMM chunks
+    # (rows of an image); one image took one_image on `threads`, so a task takes the call's time per task.
     _cpu.set_task_flops(max(1.0, IMAGE_FLOPS * TASK_SECONDS / (one_image * threads)))
-    task_flops = _cpu.set_task_flops(1e300)
-    _cpu.set_task_flops(task_flops)
-    rows_per_image = 64   # the output rows a task can be cut down to
-    task_seconds = one_image * threads * max(min(1.0, task_flops / IMAGE_FLOPS), 1 / rows_per_image)
+    geometry = _params.resolve_conv_transpose2d(x.shape, w.shape, stride=2, padding=1)
+    tasks = len(_cpu_backend.PackedLayer(w, None, x.dtype, geometry, "phase").runner(geometry).tasks)
+    task_seconds = one_image * batch * threads / tasks
     print(json.dumps({"calling": time.monotonic(), "batch": batch, "one_image": one_image,
                       "task_seconds": task_seconds}), flush=True)
     try:
@@ -193,7 +193,7 @@ def test_ctrl_c_interrupts_a_long_call(threads):
     # It stays below the rest of the call (2.5 s), which an unpolled call would take.
     bound = max(LATENCY_BOUND, 2 * child["task_seconds"] + 0.1)
     if bound >= CALL_SECONDS - SIGINT_AFTER:
-        pytest.skip(f"one task takes {child['task_seconds']:.2f} s even cut to an output row: a build this slow "
+        pytest.skip(f"one task takes {child['task_seconds']:.2f} s cut as finely as Ctrl-C cuts: a build this slow "
                     "cannot tell polling apart from running to the end")
     assert latency < bound, f"KeyboardInterrupt came {latency:.2f} s after SIGINT (bound {bound:.2f} s)"
     assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err   # it propagated out of the call

@@ -200,6 +200,7 @@ def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
     with gemm_panel_budget(TAP_BLOCK_BUDGET):
         previous_cut = _cpu.set_task_cut(1, float("inf"))
         previous_flops = _cpu.set_task_flops(1e300)
+        previous_chunks = _cpu.set_task_min_chunks(0)
         try:
             runner, geometry = _runner(x, w, b, kwargs, 1, algorithm, transposed)
             want = runner.run(x, np.empty(geometry.output_shape, dtype))
@@ -217,6 +218,7 @@ def test_task_cut_changes_no_bit(algorithm, x_shape, w_shape, kwargs, dtype):
         finally:
             _cpu.set_task_cut(*previous_cut)
             _cpu.set_task_flops(previous_flops)
+            _cpu.set_task_min_chunks(previous_chunks)
 
 
 def test_threaded_calls_are_cut_into_several_tasks_per_thread():
@@ -229,6 +231,58 @@ def test_threaded_calls_are_cut_into_several_tasks_per_thread():
     for threads, at_least, at_most in [(2, 8, 64), (1, 1, 8)]:
         runner, _ = _runner(x, w, b, case.kwargs, threads)
         assert at_least <= len(runner.tasks) <= at_most, (threads, len(runner.tasks))
+
+
+# Output pixels in a GEMM chunk where the packed weights exceed 2 MiB (src/algorithms/algorithm.h,
+# FD_GEMM_CHUNK_B_PIXELS), and the chunks a task keeps under the Ctrl-C cut (_cpu.pyx, _task_min_chunks).
+CHUNK_PIXELS_OF_LARGE_WEIGHTS = 192
+TASK_MIN_CHUNKS = 4
+
+
+def test_the_ctrl_c_cut_keeps_four_gemm_chunks_per_task():
+    """A layer whose GEMM chunks each read all of its 2.25 MiB of packed weights, with Ctrl-C's limit
+    lowered to 10 MFLOP a task: serially its tasks keep at least 4 chunks of output pixels (768 of the
+    1600) instead of the bands of one or two 40-pixel rows that the cut gives without that floor; on 2 threads
+    the threads' own cut (already below the floor) is not cut finer. Every cut gives the same bits."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 40, 40, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 3, 3, 256)).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    kwargs = {"padding": 1}
+    previous_flops = _cpu.set_task_flops(1e300)
+    try:
+        uncut = {threads: len(_runner(x, w, b, kwargs, threads, "im2col", transposed=False)[0].tasks)
+                 for threads in (1, 2)}
+        _cpu.set_task_flops(1e7)
+        results = []
+        for min_chunks, threads in [(TASK_MIN_CHUNKS, 1), (TASK_MIN_CHUNKS, 2), (0, 1)]:
+            previous_chunks = _cpu.set_task_min_chunks(min_chunks)
+            try:
+                runner, geometry = _runner(x, w, b, kwargs, threads, "im2col", transposed=False)
+            finally:
+                _cpu.set_task_min_chunks(previous_chunks)
+            pixels = (runner.tasks[:, 2] - runner.tasks[:, 1]) * geometry.output_hw[1]
+            if min_chunks == 0:
+                assert len(runner.tasks) >= 40 and pixels.max() <= 80, runner.tasks
+            elif threads == 1:
+                assert pixels.min() >= TASK_MIN_CHUNKS * CHUNK_PIXELS_OF_LARGE_WEIGHTS, runner.tasks
+            else:
+                assert len(runner.tasks) == uncut[threads], (runner.tasks, uncut)
+            results.append(runner.run(x, np.empty(geometry.output_shape, np.float32)))
+    finally:
+        _cpu.set_task_flops(previous_flops)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+
+
+def test_set_task_min_chunks_validates_and_restores():
+    previous = _cpu.set_task_min_chunks(2)
+    try:
+        assert _cpu.set_task_min_chunks(previous) == 2
+        with pytest.raises(ValueError, match="chunks must be at least 0, got -1"):
+            _cpu.set_task_min_chunks(-1)
+    finally:
+        _cpu.set_task_min_chunks(previous)
 
 
 def test_set_task_cut_validates_and_restores():

@@ -382,6 +382,7 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     case = Case(**{**dict(NAMED)[name].__dict__, "dtype": "float32", "c_in": 8})
     x, w, b = case.arrays()
     previous = _cpu.set_task_flops(2e5)   # tasks of one to three tile rows
+    previous_chunks = _cpu.set_task_min_chunks(0)
     try:
         with threaded(2):
             assert len(_tasks(case, 2)) >= 4, _tasks(case, 2)
@@ -394,6 +395,7 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
                 assert_close(got, ref, np.float32, case.k, case=name, row=row)
     finally:
         _cpu.set_task_flops(previous)
+        _cpu.set_task_min_chunks(previous_chunks)
 
 
 # ----------------------------------------------------------------------------------------------
