@@ -235,17 +235,17 @@ def test_threaded_calls_are_cut_into_several_tasks_per_thread():
 
 # Output pixels in a GEMM chunk where the packed weights exceed 2 MiB (src/algorithms/algorithm.h,
 # FD_GEMM_CHUNK_B_PIXELS), and the chunks a task keeps under the Ctrl-C cut (_cpu.pyx, _task_min_chunks).
-CHUNK_PIXELS_OF_LARGE_WEIGHTS = 192
+CHUNK_PIXELS_OF_LARGE_WEIGHTS = 576
 TASK_MIN_CHUNKS = 4
 
 
 def test_the_ctrl_c_cut_keeps_four_gemm_chunks_per_task():
     """A layer whose GEMM chunks each read all of its 2.25 MiB of packed weights, with Ctrl-C's limit
-    lowered to 10 MFLOP a task: serially its tasks keep at least 4 chunks of output pixels (768 of the
-    1600) instead of the bands of one or two 40-pixel rows that the cut gives without that floor; on 2 threads
-    the threads' own cut (already below the floor) is not cut finer. Every cut gives the same bits."""
+    lowered to 10 MFLOP a task: serially its tasks keep at least 4 chunks of output pixels (2304 of the
+    10000) instead of the bands of one or two 100-pixel rows that the cut gives without that floor; on 2
+    threads the threads' own cut (already below the floor) is not cut finer. Every cut gives the same bits."""
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((1, 40, 40, 256)).astype(np.float32)
+    x = rng.standard_normal((1, 100, 100, 256)).astype(np.float32)
     w = rng.standard_normal((256, 3, 3, 256)).astype(np.float32)
     b = rng.standard_normal(256).astype(np.float32)
     kwargs = {"padding": 1}
@@ -263,7 +263,7 @@ def test_the_ctrl_c_cut_keeps_four_gemm_chunks_per_task():
                 _cpu.set_task_min_chunks(previous_chunks)
             pixels = (runner.tasks[:, 2] - runner.tasks[:, 1]) * geometry.output_hw[1]
             if min_chunks == 0:
-                assert len(runner.tasks) >= 40 and pixels.max() <= 80, runner.tasks
+                assert len(runner.tasks) >= 50 and pixels.max() <= 200, runner.tasks
             elif threads == 1:
                 assert pixels.min() >= TASK_MIN_CHUNKS * CHUNK_PIXELS_OF_LARGE_WEIGHTS, runner.tasks
             else:
