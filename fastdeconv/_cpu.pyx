@@ -558,14 +558,14 @@ cdef double _min_task_flops = 1e6
 # the threads) until each has at most _task_flops FLOPs (float64 counts double) and _task_elements
 # output elements (tens of ms of work). Only calls of several GFLOPs or 16M output elements are
 # affected. col2im's bands recompute the input rows they share (asv_benches/NOTES.md: the cost
-# measured; its automatic choices are far smaller). The cut stops before a task holds fewer than
-# _task_min_chunks of the algorithm's chunks (the workspace's `chunk`: output pixels of an indirect GEMM,
-# input pixels of col2im, tiles of winograd): each chunk reads all of the packed weights, so tasks
-# smaller than a few chunks read large weights again and again (PSPNet's 72 MiB bottleneck, cut into
-# its 60 output rows for Ctrl-C, read them 60 times a call).
+# measured; its automatic choices are far smaller). The cut stops before its tasks would hold fewer than
+# _task_min_chunks of the algorithm's chunks on average (the workspace's `chunk`: output pixels of an
+# indirect GEMM, input pixels of col2im, tiles of winograd): each chunk reads all of the packed weights,
+# so smaller tasks read large weights again and again (PSPNet's 72 MiB bottleneck, cut into its 60
+# output rows for Ctrl-C, read them 60 times a call).
 cdef double _task_flops = 4e9
 cdef double _task_elements = 1 << 24
-cdef int _task_min_chunks = 4
+cdef int _task_min_chunks = 1
 # How often the calling thread looks for signals during a call.
 cdef long long _poll_ns = 20_000_000
 
@@ -606,8 +606,8 @@ cdef Py_ssize_t _count_tasks(const fd_algorithm *alg, const fd_geometry *geo, in
                              Py_ssize_t chunk, int *cut) noexcept nogil:
     """The task count for `threads`: the algorithm's own cut, made finer for a threaded call while it has
     fewer than _tasks_per_thread tasks per thread and its tasks stay above _min_task_flops, then finer
-    while tasks are too large for Ctrl-C and keep _task_min_chunks chunks of `chunk` pixels (0: no
-    chunk). *cut receives the `threads` argument that alg.tasks needs to reproduce them (the rules cut
+    while tasks are too large for Ctrl-C and keep _task_min_chunks chunks of `chunk` pixels on average
+    (0: no chunk). *cut receives the `threads` argument that alg.tasks needs to reproduce them (the rules cut
     finer for more threads; the result does not depend on the cut)."""
     cdef double pixels = <double>geo.batch * geo.out_h * geo.out_w
     cdef double elements = pixels * geo.out_channels

@@ -236,14 +236,14 @@ def test_threaded_calls_are_cut_into_several_tasks_per_thread():
 # Output pixels in a GEMM chunk where the packed weights exceed 2 MiB (src/algorithms/algorithm.h,
 # FD_GEMM_CHUNK_B_PIXELS), and the chunks a task keeps under the Ctrl-C cut (_cpu.pyx, _task_min_chunks).
 CHUNK_PIXELS_OF_LARGE_WEIGHTS = 576
-TASK_MIN_CHUNKS = 4
+TASK_MIN_CHUNKS = 1
 
 
-def test_the_ctrl_c_cut_keeps_four_gemm_chunks_per_task():
+def test_the_ctrl_c_cut_keeps_a_gemm_chunk_per_task():
     """A layer whose GEMM chunks each read all of its 2.25 MiB of packed weights, with Ctrl-C's limit
-    lowered to 10 MFLOP a task: serially its tasks keep at least 4 chunks of output pixels (2304 of the
-    10000) instead of the bands of one or two 100-pixel rows that the cut gives without that floor; on 2
-    threads the threads' own cut (already below the floor) is not cut finer. Every cut gives the same bits."""
+    lowered to 10 MFLOP a task: serially its tasks keep a chunk of output pixels (576) on average instead
+    of the bands of one or two 100-pixel rows that the cut gives without that floor; on 2 threads the
+    threads' own cut is cut no finer than that either. Every cut gives the same bits."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 100, 100, 256)).astype(np.float32)
     w = rng.standard_normal((256, 3, 3, 256)).astype(np.float32)
@@ -264,10 +264,9 @@ def test_the_ctrl_c_cut_keeps_four_gemm_chunks_per_task():
             pixels = (runner.tasks[:, 2] - runner.tasks[:, 1]) * geometry.output_hw[1]
             if min_chunks == 0:
                 assert len(runner.tasks) >= 50 and pixels.max() <= 200, runner.tasks
-            elif threads == 1:
-                assert pixels.min() >= TASK_MIN_CHUNKS * CHUNK_PIXELS_OF_LARGE_WEIGHTS, runner.tasks
             else:
-                assert len(runner.tasks) == uncut[threads], (runner.tasks, uncut)
+                assert len(runner.tasks) > uncut[threads], (runner.tasks, uncut)   # Ctrl-C did cut
+                assert pixels.sum() >= len(runner.tasks) * TASK_MIN_CHUNKS * CHUNK_PIXELS_OF_LARGE_WEIGHTS, runner.tasks
             results.append(runner.run(x, np.empty(geometry.output_shape, np.float32)))
     finally:
         _cpu.set_task_flops(previous_flops)
