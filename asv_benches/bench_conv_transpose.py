@@ -9,10 +9,12 @@ import numpy as np
 
 import fastdeconv
 from fastdeconv.bench import CONV_SUITE, SUITE
+from fastdeconv.bench.suites import suite_cases
 
 CASE_NAMES = [case.name for case in SUITE]
 _CASES = {case.name: case for case in SUITE}
 _CONV_CASES = {case.name: case for case in CONV_SUITE}
+_LARGE_CASES = {case.name: case for case in suite_cases("large")}
 
 
 class ConvTranspose2dSuite:
@@ -102,6 +104,31 @@ class Conv2dSuite:
 
     def peakmem_conv2d(self, name, threads):
         fastdeconv.conv2d(self.x, self.w, self.b, **self.case.kwargs)
+
+
+class LargeLayerSuite:
+    """The large suite (``bench --suite large``: real layers of 10-136 GFLOP, where calls are cut into tasks
+    for Ctrl-C), through the layer object; a few samples of one call each."""
+
+    params = [[case.name for case in _LARGE_CASES.values()], [1, 2]]
+    param_names = ["case", "threads"]
+    timeout = 600
+    number = 1
+    repeat = (1, 3, 60.0)
+    warmup_time = 0
+
+    def setup(self, name, threads):
+        fastdeconv.set_num_threads(threads)
+        case = _LARGE_CASES[name]
+        self.x, w, b = case.arrays()
+        self.layer = case.functions()[1](w, b, **case.kwargs)
+        self.out = self.layer(self.x)
+
+    def teardown(self, name, threads):
+        fastdeconv.set_num_threads(0)
+
+    def time_plan(self, name, threads):
+        self.layer(self.x, out=self.out)
 
 
 class Float64Suite:

@@ -124,9 +124,10 @@ def build_parser(prog="fastdeconv"):
     bench.add_argument("--case", type=_case_names, action="extend", dest="cases", metavar="NAME",
                        help=argparse.SUPPRESS)   # the older spelling, still accepted
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
-    bench.add_argument("--suite", choices=("all", "deconv", "conv", "narrow", "field"), default="all",
+    bench.add_argument("--suite", choices=("all", "deconv", "conv", "narrow", "large", "field"), default="all",
                        help="the transposed-convolution suite, the convolution suite, both (default), "
-                            "real networks' transposed layers of 8-63 outputs (narrow), or the "
+                            "real networks' transposed layers of 8-63 outputs (narrow), their layers of "
+                            "10-136 GFLOP (large), or the "
                             "field suite: 164 layers drawn, seeded, from the kinds real networks have "
                             "(fastdeconv.bench.field), with a summary of the ratios and the worst layers")
     bench.add_argument("--candidates", action="store_true",

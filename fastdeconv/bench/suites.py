@@ -105,10 +105,25 @@ NARROW_SUITE = [
     Case("gan_48", (4, 32, 32, 96), 48, 4, 2, 1),
     Case("higherhrnet_deconv", (1, 128, 128, 49), 32, 4, 2, 1),                # HigherHRNet, 32 + 17 in
 ]
-SUITES = {"deconv": SUITE, "conv": CONV_SUITE, "narrow": NARROW_SUITE}
+#: Layers of real networks over 2 GFLOP, where the field suite stops (10-136 GFLOP, 0.6-72 MiB of weights):
+#: the segmentation heads and bottlenecks whose weights every GEMM chunk reads again, and large layers that
+#: run winograd. A call of over 4 GFLOP is cut into tasks for Ctrl-C, which none of the other suites meets
+#: (asv_benches/NOTES.md, 2026-12-07 fourth). Not in "all".
+LARGE_SUITE = [
+    Case("pspnet_bottleneck", (1, 60, 60, 4096), 512, 3, 1, 1, op="conv"),      # PSPNet's 3x3 after the pyramid
+    Case("fcn_head", (1, 64, 64, 2048), 512, 3, 1, 1, op="conv"),               # FCN's head on ResNet-50
+    Case("unet_bottleneck", (1, 64, 64, 1024), 1024, 3, 1, 1, op="conv"),       # U-Net's 1024-channel stage
+    Case("deeplab_head", (1, 33, 33, 2048), 256, 3, 1, 1, op="conv"),           # DeepLab v3's 3x3 head
+    Case("deeplab_aspp_d12", (1, 65, 65, 2048), 256, 3, 1, 12, dilation=12, op="conv"),   # an ASPP branch
+    Case("vgg_conv4", (1, 56, 56, 512), 512, 3, 1, 1, op="conv"),               # VGG-16 conv4
+    Case("stylegan_128", (1, 128, 128, 512), 512, 3, 1, 1, op="conv"),          # a StyleGAN 128-px block
+    Case("sr_features_270p", (1, 270, 480, 64), 256, 3, 1, 1, op="conv"),      # a super-resolution x2 tail
+    Case("gan_decoder_k4", (1, 64, 64, 512), 256, 4, 2, 1),                     # a GAN decoder, transposed
+]
+SUITES = {"deconv": SUITE, "conv": CONV_SUITE, "narrow": NARROW_SUITE, "large": LARGE_SUITE}
 CASES = {case.name: case for case in SUITE + CONV_SUITE}
 #: Suites whose cases are found by their own names, outside :data:`CASES` (their summary is the field's).
-OWN_NAME_SUITES = ("field", "narrow")
+OWN_NAME_SUITES = ("field", "narrow", "large")
 
 
 #: Rounds in which the implementations of a case take turns (measure_case): each is timed for
@@ -594,8 +609,8 @@ def format_table(rows, threads, peak=None, peers_line="", style="text"):
 
 
 def suite_cases(suite="all"):
-    """The cases of ``suite``: "deconv", "conv", "all" (both), "narrow" (NARROW_SUITE) or "field"
-    (:mod:`.field`, drawn with its default seed)."""
+    """The cases of ``suite``: "deconv", "conv", "all" (both), "narrow" (NARROW_SUITE), "large"
+    (LARGE_SUITE) or "field" (:mod:`.field`, drawn with its default seed)."""
     if suite == "field":
         from .field import field_suite
 

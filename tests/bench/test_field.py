@@ -140,6 +140,19 @@ def test_cli_lists_and_runs_the_suite(suite, capsys, monkeypatch):
     assert fastdeconv.get_num_threads() >= 1
 
 
+def test_the_large_suite_holds_real_layers_over_the_fields_2_gflop_and_lists_them(capsys):
+    """bench --suite large: layers where the field suite stops, each over 4 GFLOP (where calls are cut
+    into tasks for Ctrl-C), valid, and listed by the command line (not run here: seconds each)."""
+    large = bench.suite_cases("large")
+    assert len({case.name for case in large}) == len(large) >= 8
+    for case in large:
+        assert case.flops > 4e9, case.name
+        resolve = resolve_conv_transpose2d if case.transposed else resolve_conv2d
+        resolve(case.input_shape, case.weight_shape, **case.kwargs)
+    assert main(["bench", "--suite", "large", "--list"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [c.name for c in large]
+
+
 def test_the_narrow_suite_holds_transposed_layers_of_8_to_63_outputs():
     """bench --suite narrow: real networks' transposed layers whose phase GEMMs would be narrow, each valid
     (the command line lists and runs them: above)."""
