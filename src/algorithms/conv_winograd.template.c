@@ -198,10 +198,12 @@ static ptrdiff_t conv_winograd_tasks(const fd_geometry *geo, int threads, fd_tas
     const ptrdiff_t even = fd_ceil_div(rows, fd_ceil_div(want, images));
     /* Bands of whole 2-row tiles and at least twice the Ty - 1 rows each band reads beyond its own (which
        are transformed again by the next band), rounded up per phase to its tiles' side (the bands start on
-       its tile grid: conv_winograd_run); the columns are cut instead when that leaves too few tasks. */
+       its tile grid: conv_winograd_run); the columns are cut instead when that leaves too few tasks. Above 6
+       rows, rounded down to a multiple of 6: rounded up, they left a short last band (12 + 4 rows) or too
+       few bands, whose columns were then cut, and every column part transforms the whole band again. */
     if (even < per_band) {
         const ptrdiff_t least = fd_ceil_div(2 * (geo->kernel_h / geo->stride_h - 1), 2) * 2;
-        ptrdiff_t rounded = even > 6 ? fd_ceil_div(even, 6) * 6 : fd_ceil_div(even, 2) * 2;
+        ptrdiff_t rounded = even > 6 ? even / 6 * 6 : fd_ceil_div(even, 2) * 2;
         if (rounded < least) rounded = least;
         if (rounded < per_band) per_band = rounded;
     }

@@ -760,6 +760,22 @@ def test_dilated_conv_tasks_cover_the_output_once(x_shape, w_shape, dilation, th
     assert (covered == 1).all()
 
 
+@pytest.mark.parametrize("x_shape,w_shape,dilation", [
+    ((1, 56, 56, 64), (64, 3, 3, 64), 1),       # ResNet's 3x3: 7 rows a band would round up to 12, 5 bands
+    ((1, 32, 32, 128), (128, 3, 3, 128), 2),    # 4 phases of 16 rows: 12 + 4 rounded up
+])
+def test_conv_winograd_bands_round_down_before_cutting_columns(x_shape, w_shape, dilation):
+    """On 2 threads (8 tasks wanted) the bands are rounded down to 6 rows: every task has all the output
+    channels (a column part transforms the whole band again) and no band is twice another's height."""
+    geometry = resolve_conv2d(x_shape, w_shape, 1, dilation, dilation, 1)
+    with threaded(2):
+        tasks = _cpu_backend.PackedLayer(np.zeros(w_shape, np.float32), None, np.float32, geometry,
+                                         "winograd").runner(geometry).tasks
+    assert len(tasks) >= 8
+    assert (tasks[:, 3] == 0).all() and (tasks[:, 4] == geometry.out_channels).all(), tasks
+    assert (tasks[:, 2] - tasks[:, 1]).max() == 6, tasks
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize=bool(__import__("os").environ.get("CI")))
 @given(data=st.data())
