@@ -580,8 +580,9 @@ def set_task_flops(double flops):
 
 
 def set_task_min_chunks(int chunks):
-    """Stop the Ctrl-C cut before a task holds fewer than `chunks` of its algorithm's chunks; returns the
-    previous value. For tests (0: cut down to tiny tasks)."""
+    """Stop the Ctrl-C cut before the tasks would hold fewer than `chunks` of their algorithm's chunks on
+    average (output pixels per task against `chunks` times the chunk); returns the previous value. For
+    tests (0: cut down to tiny tasks)."""
     global _task_min_chunks
     if chunks < 0:
         raise ValueError(f"chunks must be at least 0, got {chunks}")
