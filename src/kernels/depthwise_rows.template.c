@@ -85,8 +85,12 @@ FD_TARGET int FD_ISA_FN(FD_DW_ROWS_NAME)(const fd_geometry *geo, const ptrdiff_t
  * or 2, no dilation), each input vector once per tile, tap row and input channel of the group (a GEMM
  * would have N = Cog, a fraction of its tile, or multiply the zeros of block-diagonal weights). Where a
  * lane's input channel is not the lane's own (Cog > 1 or Cig > 1), the input vector is spread over the
- * lanes by a permute (MULT). Pixels whose taps leave the image left or right take a per-pixel path; rows
- * outside it add 0 * wr. The portable clone is plain C that the compiler vectorises over channels.
+ * lanes by a permute (MULT). Where the ISA has the registers (dw_pairs: AVX-512's float clone), a tile of
+ * those dense kernels without a permute takes two vectors of channels and DW_TILE/2 pixels: a large image's
+ * tile reads its input pixels from L2, a cache line each per vector, and two adjacent lines per pixel halve the
+ * lines per FMA. Pixels whose taps leave the image left or right take a per-pixel path; rows
+ * outside it add 0 * wr. Every path sums a pixel's terms in the same order, so they give the same bits.
+ * The portable clone is plain C that the compiler vectorises over channels.
  */
 #if FD_DW_SIMD
 
@@ -94,6 +98,7 @@ FD_TARGET int FD_ISA_FN(FD_DW_ROWS_NAME)(const fd_geometry *geo, const ptrdiff_t
 #define DW_IDX FD_ISA_FN(dwi)
 #define DW_LANES FD_ISA_FN(dw_lanes)
 #define DW_TILE FD_ISA_FN(dw_tile)
+#define DW_PAIRS FD_ISA_FN(dw_pairs)
 #define DW_INLINE static FD_FORCE_INLINE FD_TARGET
 
 /* One block of output channels [c0, c0 + lanes) and, where a lane's input channel is not its own (MULT),
@@ -116,24 +121,28 @@ DW_INLINE DW_VEC FD_ISA_FN(dw_w)(const int FULL, const FD_REAL *p, const FD_ISA_
     return FULL ? FD_ISA_FN(dw_load)(p + b->c0) : FD_ISA_FN(dw_load_part)(p + b->c0, b->lanes);
 }
 
-/* OXB output pixels [ox0, ox0 + OXB) of row oy. KWC, SWC: the kernel width and stride as
+/* OXB output pixels [ox0, ox0 + OXB) of row oy, VB vectors of channels from the block's c0 (VB = 2: two
+ * full blocks side by side, KWC kernels without MULT only). KWC, SWC: the kernel width and stride as
  * constants, dilation 1 (each input vector is loaded once and shared by the taps that read it), or
  * 0: any kernel, stride and dilation (one input load per tap and pixel). CHECK: some horizontal
  * taps may fall outside the image (they read zero); else none does. */
-DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int OXB, const int CHECK, const int MULT,
-                                       const int FULL, const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image,
-                                       ptrdiff_t oy, ptrdiff_t ox0, const FD_ISA_FN(dw_block) *b,
-                                       const FD_REAL *FD_RESTRICT wr, DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
+DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int OXB, const int VB, const int CHECK,
+                                       const int MULT, const int FULL, const fd_geometry *geo,
+                                       const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy, ptrdiff_t ox0,
+                                       const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
+                                       const DW_VEC *bias_v, FD_REAL *FD_RESTRICT y_row)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, C = geo->out_channels;
     const ptrdiff_t Cig = Cin / geo->groups, kH = geo->kernel_h, kW = KWC ? KWC : geo->kernel_w;
     const ptrdiff_t sW = SWC ? SWC : geo->stride_w, dW = KWC ? 1 : geo->dilation_w;
     const ptrdiff_t ix0 = ox0 * sW - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
-    DW_VEC acc[16];
-    int j;
+    DW_VEC acc[16];   /* acc[v*OXB + j]: vector v of pixel j */
+    int j, v;
+FD_UNROLL_BY(2)
+    for (v = 0; v < VB; v++)
 FD_UNROLL_BY(16)
-    for (j = 0; j < OXB; j++) acc[j] = bias_v;
+        for (j = 0; j < OXB; j++) acc[v * OXB + j] = bias_v[v];
     ptrdiff_t ky = 0, ci = -1;   /* tap row ky, input channel ci of the group (counted: no division) */
     for (ptrdiff_t kyc = 0; kyc < kH * Cig; kyc++) {
         if (++ci == Cig) {
@@ -143,42 +152,55 @@ FD_UNROLL_BY(16)
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
         const FD_REAL *w_row = wr + (ky * kW * Cig + ci) * C;   /* tap kx at w_row + kx*Cig*C */
         if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
-            for (ptrdiff_t kx = 0; kx < kW; kx++) {
-                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
+            for (ptrdiff_t kx = 0; kx < kW; kx++)
+FD_UNROLL_BY(2)
+                for (v = 0; v < VB; v++) {
+                    const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + v * DW_LANES, b);
 FD_UNROLL_BY(16)
-                for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
-            }
+                    for (j = 0; j < OXB; j++) acc[v * OXB + j] = FD_ISA_FN(dw_fma)(zero, w, acc[v * OXB + j]);
+                }
             continue;
         }
         const FD_REAL *x_row = x_image + iy * W * Cin + ci;
         if (KWC) {
-            DW_VEC w[8];
+            DW_VEC w[16];   /* w[v*KWC + kx] */
             int i, kx;
+FD_UNROLL_BY(2)
+            for (v = 0; v < VB; v++)
 FD_UNROLL_BY(8)
-            for (kx = 0; kx < KWC; kx++) w[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
+                for (kx = 0; kx < KWC; kx++)
+                    w[v * KWC + kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + v * DW_LANES, b);
             const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
             /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
 FD_UNROLL_BY(64)
             for (i = 0; i < (OXB - 1) * SWC + KWC; i++) {
-                DW_VEC xv;
+                DW_VEC xv[2];
                 if (CHECK) {
                     const ptrdiff_t ix = ix0 + i;
-                    xv = ix >= 0 && ix < W ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin, b) : zero;
+FD_UNROLL_BY(2)
+                    for (v = 0; v < VB; v++)
+                        xv[v] = ix >= 0 && ix < W ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin + v * DW_LANES, b)
+                                                  : zero;
                 } else {
                     /* one load per column kept in a register, and one pointer stepping along the
                        columns: GCC otherwise reloads xv into every FMA from an offset register of
                        its own and spills them */
-                    xv = FD_ISA_FN(dw_x)(MULT, FULL, x_col, b);
-                    FD_DW_KEEP(xv);
+FD_UNROLL_BY(2)
+                    for (v = 0; v < VB; v++) {
+                        xv[v] = FD_ISA_FN(dw_x)(MULT, FULL, x_col + v * DW_LANES, b);
+                        FD_DW_KEEP(xv[v]);
+                    }
                     x_col += Cin;
                     FD_DW_KEEP_PTR(x_col);
                 }
+FD_UNROLL_BY(2)
+                for (v = 0; v < VB; v++)
 FD_UNROLL_BY(8)
-                for (kx = 0; kx < KWC; kx++) {
-                    const int d = i - kx;
-                    if (d >= 0 && d % SWC == 0 && d / SWC < OXB)
-                        acc[d / SWC] = FD_ISA_FN(dw_fma)(xv, w[kx], acc[d / SWC]);
-                }
+                    for (kx = 0; kx < KWC; kx++) {
+                        const int d = i - kx;
+                        if (d >= 0 && d % SWC == 0 && d / SWC < OXB)
+                            acc[v * OXB + d / SWC] = FD_ISA_FN(dw_fma)(xv[v], w[v * KWC + kx], acc[v * OXB + d / SWC]);
+                    }
             }
         } else {
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
@@ -193,12 +215,14 @@ FD_UNROLL_BY(16)
             }
         }
     }
+FD_UNROLL_BY(2)
+    for (v = 0; v < VB; v++)
 FD_UNROLL_BY(16)
-    for (j = 0; j < OXB; j++) {
-        FD_REAL *yp = y_row + (ox0 + j) * C + b->c0;
-        if (FULL) FD_ISA_FN(dw_store)(yp, acc[j]);
-        else FD_ISA_FN(dw_store_part)(yp, acc[j], b->lanes);
-    }
+        for (j = 0; j < OXB; j++) {
+            FD_REAL *yp = y_row + (ox0 + j) * C + b->c0 + v * DW_LANES;
+            if (FULL) FD_ISA_FN(dw_store)(yp, acc[v * OXB + j]);
+            else FD_ISA_FN(dw_store_part)(yp, acc[v * OXB + j], b->lanes);
+        }
 }
 
 /* One output pixel anywhere: each tap checked, zero outside the image. Its terms are summed in the tiles'
@@ -230,30 +254,34 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
     else FD_ISA_FN(dw_store_part)(y_row + ox * C + b->c0, acc, b->lanes);
 }
 
-/* Output row oy, one channel block, pixels [ox_begin, ox_end) (at least a tile wide unless the row
- * is narrower): tiles of DW_TILE pixels where every horizontal tap falls inside the image
- * (columns [ox_lo, ox_hi)); elsewhere checked tiles of DW_TILE/2 or DW_TILE/4 pixels, the last one
+/* Output row oy, one channel block (VB = 2: two, side by side), pixels [ox_begin, ox_end) (at least a tile
+ * wide unless the row is narrower): tiles of TILE = DW_TILE/VB pixels where every horizontal tap falls inside
+ * the image (columns [ox_lo, ox_hi)); elsewhere checked tiles of TILE/2 or TILE/4 pixels, the last one
  * moved left to end at ox_end (recomputing a few pixels of this row, with the same result). Rows
  * narrower than DW_TILE/4 go pixel by pixel. */
-DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const int MULT, const int FULL,
+DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const int VB, const int MULT, const int FULL,
                                             const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,
                                             ptrdiff_t ox_begin, ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
                                             const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
-                                            DW_VEC bias_v, FD_REAL *FD_RESTRICT y_row)
+                                            const DW_VEC *bias_v, FD_REAL *FD_RESTRICT y_row)
 {
-    enum { HALF = DW_TILE / 2, QUARTER = DW_TILE / 4 };
+    const int TILE = DW_TILE / VB, HALF = TILE / 2, QUARTER = TILE / 4;
 #define DW_TILE_AT(OXB, CHECK, at) \
-    FD_ISA_FN(conv_dw_tile)(KWC, SWC, OXB, CHECK, MULT, FULL, geo, x_image, oy, at, b, wr, bias_v, y_row)
-    if (geo->out_w < QUARTER) {
-        for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)
-            FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, b, wr, bias_v, y_row);
+    FD_ISA_FN(conv_dw_tile)(KWC, SWC, OXB, VB, CHECK, MULT, FULL, geo, x_image, oy, at, b, wr, bias_v, y_row)
+    if (geo->out_w < DW_TILE / 4) {
+        for (int v = 0; v < VB; v++) {
+            FD_ISA_FN(dw_block) bv = *b;
+            bv.c0 += v * DW_LANES;
+            for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)
+                FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, &bv, wr, bias_v[v], y_row);
+        }
         return;
     }
     for (ptrdiff_t ox = ox_begin; ox < ox_end;) {
         const ptrdiff_t left = ox_end - ox;
-        if (left >= DW_TILE && ox >= ox_lo && ox + DW_TILE <= ox_hi) {
-            DW_TILE_AT(DW_TILE, 0, ox);
-            ox += DW_TILE;
+        if (left >= TILE && ox >= ox_lo && ox + TILE <= ox_hi) {
+            DW_TILE_AT(TILE, 0, ox);
+            ox += TILE;
         } else if (geo->out_w >= HALF) {
             const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;
             if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, 0, at);
@@ -285,13 +313,20 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
         b.src = (c0 / Cog) * Cig;
         b.src_count = ((c0 + b.lanes - 1) / Cog - c0 / Cog) * Cig + 1;
         b.idx = FD_ISA_FN(dw_index)(MULT ? c0 : 0, MULT ? Cog : 1, Cig);
-        if (b.lanes == DW_LANES) {
-            const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
-                                         bias_v, y_row);
+        DW_VEC bias_v[2];
+        if (DW_PAIRS && KWC && !MULT && c_end - c0 >= 2 * DW_LANES) {   /* two vectors of channels a tile */
+            bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
+            bias_v[1] = bias ? FD_ISA_FN(dw_load)(bias + c0 + DW_LANES) : FD_ISA_FN(dw_zero)();
+            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, 2, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b,
+                                         wr, bias_v, y_row);
+            b.lanes = 2 * DW_LANES;
+        } else if (b.lanes == DW_LANES) {
+            bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
+            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, 1, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b,
+                                         wr, bias_v, y_row);
         } else {   /* the last, partial vector: the generic tile only (code size) */
-            const DW_VEC bias_v = bias ? FD_ISA_FN(dw_load_part)(bias + c0, b.lanes) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(0, 0, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+            bias_v[0] = bias ? FD_ISA_FN(dw_load_part)(bias + c0, b.lanes) : FD_ISA_FN(dw_zero)();
+            FD_ISA_FN(conv_dw_block_row)(0, 0, 1, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
                                          bias_v, y_row);
         }
     }
@@ -359,6 +394,7 @@ FD_TARGET int FD_ISA_FN(conv_depthwise_rows)(const fd_geometry *geo, const FD_RE
 #undef DW_IDX
 #undef DW_LANES
 #undef DW_TILE
+#undef DW_PAIRS
 #undef DW_INLINE
 
 #else /* portable */

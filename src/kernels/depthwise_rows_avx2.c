@@ -16,7 +16,7 @@ int fd_depthwise_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES)
 
 /* The vector helpers of the convolution kernel's SIMD clone (FD_DW_SIMD in the template), named
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_avx2. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
- * vector, output pixels per register tile, and
+ * vector, output pixels per register tile, whether a tile may take two vectors of channels (pairs), and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
  *   fma(a, b, c) = a*b + c
  *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
@@ -27,7 +27,7 @@ int fd_depthwise_avx2_available(void) { return FD_CPU_SUPPORTS(FD_AVX2_FEATURES)
 
 typedef __m256 fd_sdwv_avx2;
 typedef __m256i fd_sdwi_avx2;
-enum { fd_sdw_lanes_avx2 = 8, fd_sdw_tile_avx2 = 8 };
+enum { fd_sdw_lanes_avx2 = 8, fd_sdw_tile_avx2 = 8, fd_sdw_pairs_avx2 = 0 };
 DW_HELPER __m256i fd_sdw_mask_avx2(ptrdiff_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -48,7 +48,7 @@ DW_HELPER __m256 fd_sdw_expand_avx2(const float *p, ptrdiff_t n, __m256i idx) {
 
 typedef __m256d fd_ddwv_avx2;
 typedef __m256i fd_ddwi_avx2;
-enum { fd_ddw_lanes_avx2 = 4, fd_ddw_tile_avx2 = 8 };
+enum { fd_ddw_lanes_avx2 = 4, fd_ddw_tile_avx2 = 8, fd_ddw_pairs_avx2 = 0 };
 DW_HELPER __m256i fd_ddw_mask_avx2(ptrdiff_t n) {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x((long long)n), _mm256_setr_epi64x(0, 1, 2, 3));
 }

@@ -19,18 +19,19 @@ int fd_depthwise_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_DEPTH
 
 /* The vector helpers of the convolution kernel's SIMD clone (FD_DW_SIMD in the template), named
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_avx512. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
- * vector, output pixels per register tile, and
+ * vector, output pixels per register tile, whether a tile may take two vectors of channels (pairs), and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
  *   fma(a, b, c) = a*b + c
  *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
  *   expand(p, n, idx)       n elements from p (no more are read), spread over the lanes by idx
  * A tile of TILE pixels holds TILE accumulators, up to 5 weight vectors and an input vector in
- * registers (32 zmm). */
+ * registers (32 zmm); with pairs (float), TILE/2 pixels of two vectors: 16 accumulators, up to 10 weight
+ * vectors and two input vectors. */
 #define DW_HELPER static FD_FORCE_INLINE FD_TARGET
 
 typedef __m512 fd_sdwv_avx512;
 typedef __m512i fd_sdwi_avx512;
-enum { fd_sdw_lanes_avx512 = 16, fd_sdw_tile_avx512 = 16 };
+enum { fd_sdw_lanes_avx512 = 16, fd_sdw_tile_avx512 = 16, fd_sdw_pairs_avx512 = 1 };
 DW_HELPER __mmask16 fd_sdw_mask_avx512(ptrdiff_t n) { return (__mmask16)((1u << n) - 1u); }
 DW_HELPER __m512 fd_sdw_zero_avx512(void) { return _mm512_setzero_ps(); }
 DW_HELPER __m512 fd_sdw_load_avx512(const float *p) { return _mm512_loadu_ps(p); }
@@ -49,7 +50,7 @@ DW_HELPER __m512 fd_sdw_expand_avx512(const float *p, ptrdiff_t n, __m512i idx) 
 
 typedef __m512d fd_ddwv_avx512;
 typedef __m512i fd_ddwi_avx512;
-enum { fd_ddw_lanes_avx512 = 8, fd_ddw_tile_avx512 = 8 };
+enum { fd_ddw_lanes_avx512 = 8, fd_ddw_tile_avx512 = 8, fd_ddw_pairs_avx512 = 0 };
 DW_HELPER __mmask8 fd_ddw_mask_avx512(ptrdiff_t n) { return (__mmask8)((1u << n) - 1u); }
 DW_HELPER __m512d fd_ddw_zero_avx512(void) { return _mm512_setzero_pd(); }
 DW_HELPER __m512d fd_ddw_load_avx512(const double *p) { return _mm512_loadu_pd(p); }

@@ -20,7 +20,7 @@ int fd_depthwise_neon_available(void) { return 1; }
 
 /* The vector helpers of the convolution kernel's SIMD clone (FD_DW_SIMD in the template), named
  * FD_ISA_FN(dw_*): fd_<s|d>dw_<op>_neon. Per type: the vector (dwv) and lane-index (dwi) types, lanes per
- * vector, output pixels per register tile, and
+ * vector, output pixels per register tile, whether a tile may take two vectors of channels (pairs), and
  *   zero()  load(p)  load_part(p, n)  store(p, v)  store_part(p, v, n)   (first n lanes only)
  *   fma(a, b, c) = a*b + c
  *   index(c0, Cog, Cig)     lane l reads element ((c0 + l)/Cog - c0/Cog)*Cig of a loaded vector
@@ -31,7 +31,7 @@ int fd_depthwise_neon_available(void) { return 1; }
 
 typedef float32x4_t fd_sdwv_neon;
 typedef uint8x16_t fd_sdwi_neon;
-enum { fd_sdw_lanes_neon = 4, fd_sdw_tile_neon = 8 };
+enum { fd_sdw_lanes_neon = 4, fd_sdw_tile_neon = 8, fd_sdw_pairs_neon = 0 };
 DW_HELPER float32x4_t fd_sdw_zero_neon(void) { return vdupq_n_f32(0.0f); }
 DW_HELPER float32x4_t fd_sdw_load_neon(const float *p) { return vld1q_f32(p); }
 DW_HELPER float32x4_t fd_sdw_load_part_neon(const float *p, ptrdiff_t n) {
@@ -58,7 +58,7 @@ DW_HELPER float32x4_t fd_sdw_expand_neon(const float *p, ptrdiff_t n, uint8x16_t
 
 typedef float64x2_t fd_ddwv_neon;
 typedef uint8x16_t fd_ddwi_neon;
-enum { fd_ddw_lanes_neon = 2, fd_ddw_tile_neon = 8 };
+enum { fd_ddw_lanes_neon = 2, fd_ddw_tile_neon = 8, fd_ddw_pairs_neon = 0 };
 DW_HELPER float64x2_t fd_ddw_zero_neon(void) { return vdupq_n_f64(0.0); }
 DW_HELPER float64x2_t fd_ddw_load_neon(const double *p) { return vld1q_f64(p); }
 DW_HELPER float64x2_t fd_ddw_load_part_neon(const double *p, ptrdiff_t n) {
