@@ -35,8 +35,9 @@ def _grouped(groups, in_per_group, out_per_group, **kw):
     return Case(op="c", c_in=groups * in_per_group, c_out=groups * out_per_group, groups=groups, **kw)
 
 
-# Tiles are 8 pixels (every ISA and type); vectors hold 4, 8 or 16 channels; strips are sized to
-# 16 KiB of input rows.
+# Tiles are 8 pixels (16 for AVX-512's float, whose dense 3- and 5-wide kernels take 8 pixels of two
+# vectors where two full vectors of channels are left: the "pairs" cases); vectors hold 4, 8 or 16
+# channels; strips are sized to 16 KiB of input rows.
 NAMED = {
     "width_1": _depthwise(16, hw=(5, 1), padding=1),
     "width_7_no_tile": _depthwise(16, hw=(5, 7), padding=(1, 0)),
@@ -68,6 +69,11 @@ NAMED = {
     "strips_many": _depthwise(64, hw=(3, 140), padding=1),
     "strips_small_channels": _depthwise(2, hw=(2, 800), padding=1),
     "strips_multiplier": _depthwise(40, 2, hw=(3, 120), kernel=(5, 5), stride=2, padding=2),
+    "pairs_then_one_vector": _depthwise(48, hw=(6, 21), padding=1),
+    "pairs_then_a_masked_tail": _depthwise(40, hw=(7, 13), kernel=(5, 5), stride=2, padding=2),
+    "pairs_row_of_6_half_tiles": _depthwise(32, hw=(5, 6), padding=1),
+    "pairs_row_of_3_pixel_by_pixel": _depthwise(64, hw=(5, 3), padding=1),
+    "pairs_5x5_stride2_two_images": _depthwise(64, n=2, hw=(9, 45), kernel=(5, 5), stride=2, padding=2),
     "no_bias": _depthwise(16, hw=(6, 20), padding=1, bias=False),
     "unbatched": _depthwise(16, hw=(6, 20), padding=1, unbatched=True),
     "non_contiguous": _depthwise(16, n=2, hw=(6, 20), padding=1, x_layout="sliced", w_layout="reversed"),
