@@ -137,12 +137,13 @@ DW_INLINE void FD_ISA_FN(conv_dw_tile)(const int KWC, const int SWC, const int O
     const ptrdiff_t sW = SWC ? SWC : geo->stride_w, dW = KWC ? 1 : geo->dilation_w;
     const ptrdiff_t ix0 = ox0 * sW - geo->pad_left, iy0 = oy * geo->stride_h - geo->pad_top;
     const DW_VEC zero = FD_ISA_FN(dw_zero)();
-    DW_VEC acc[16];   /* acc[v*OXB + j]: vector v of pixel j */
-    int j, v;
-FD_UNROLL_BY(2)
-    for (v = 0; v < VB; v++)
+    DW_VEC acc[16];   /* acc[j]: pixel j's vector, acc[OXB + j] its second (VB = 2) */
+    int j;
 FD_UNROLL_BY(16)
-        for (j = 0; j < OXB; j++) acc[v * OXB + j] = bias_v[v];
+    for (j = 0; j < OXB; j++) {
+        acc[j] = bias_v[0];
+        if (VB == 2) acc[OXB + j] = bias_v[1];
+    }
     ptrdiff_t ky = 0, ci = -1;   /* tap row ky, input channel ci of the group (counted: no division) */
     for (ptrdiff_t kyc = 0; kyc < kH * Cig; kyc++) {
         if (++ci == Cig) {
@@ -152,55 +153,59 @@ FD_UNROLL_BY(16)
         const ptrdiff_t iy = iy0 + ky * geo->dilation_h;
         const FD_REAL *w_row = wr + (ky * kW * Cig + ci) * C;   /* tap kx at w_row + kx*Cig*C */
         if (iy < 0 || iy >= H) {   /* a padding row: every tap adds 0 * w */
-            for (ptrdiff_t kx = 0; kx < kW; kx++)
-FD_UNROLL_BY(2)
-                for (v = 0; v < VB; v++) {
-                    const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + v * DW_LANES, b);
+            for (ptrdiff_t kx = 0; kx < kW; kx++) {
+                const DW_VEC w = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
 FD_UNROLL_BY(16)
-                    for (j = 0; j < OXB; j++) acc[v * OXB + j] = FD_ISA_FN(dw_fma)(zero, w, acc[v * OXB + j]);
+                for (j = 0; j < OXB; j++) acc[j] = FD_ISA_FN(dw_fma)(zero, w, acc[j]);
+                if (VB == 2) {
+                    const DW_VEC w1 = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + DW_LANES, b);
+FD_UNROLL_BY(16)
+                    for (j = 0; j < OXB; j++) acc[OXB + j] = FD_ISA_FN(dw_fma)(zero, w1, acc[OXB + j]);
                 }
+            }
             continue;
         }
         const FD_REAL *x_row = x_image + iy * W * Cin + ci;
         if (KWC) {
-            DW_VEC w[16];   /* w[v*KWC + kx] */
+            DW_VEC w0[8], w1[8];   /* vector 0's and vector 1's weights of tap kx (separate arrays, and
+                                      separate input vectors below, keep VB = 1 as fast as before) */
             int i, kx;
-FD_UNROLL_BY(2)
-            for (v = 0; v < VB; v++)
 FD_UNROLL_BY(8)
-                for (kx = 0; kx < KWC; kx++)
-                    w[v * KWC + kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + v * DW_LANES, b);
+            for (kx = 0; kx < KWC; kx++) {
+                w0[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C, b);
+                if (VB == 2) w1[kx] = FD_ISA_FN(dw_w)(FULL, w_row + kx * Cig * C + DW_LANES, b);
+            }
             const FD_REAL *x_col = CHECK ? x_row : x_row + ix0 * Cin;
             /* input column ix0 + i serves output pixel j = (i - kx)/SWC through tap kx */
 FD_UNROLL_BY(64)
             for (i = 0; i < (OXB - 1) * SWC + KWC; i++) {
-                DW_VEC xv[2];
+                DW_VEC xv0, xv1 = zero;
                 if (CHECK) {
                     const ptrdiff_t ix = ix0 + i;
-FD_UNROLL_BY(2)
-                    for (v = 0; v < VB; v++)
-                        xv[v] = ix >= 0 && ix < W ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin + v * DW_LANES, b)
-                                                  : zero;
+                    const int inside = ix >= 0 && ix < W;
+                    xv0 = inside ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin, b) : zero;
+                    if (VB == 2) xv1 = inside ? FD_ISA_FN(dw_x)(MULT, FULL, x_col + ix * Cin + DW_LANES, b) : zero;
                 } else {
                     /* one load per column kept in a register, and one pointer stepping along the
                        columns: GCC otherwise reloads xv into every FMA from an offset register of
                        its own and spills them */
-FD_UNROLL_BY(2)
-                    for (v = 0; v < VB; v++) {
-                        xv[v] = FD_ISA_FN(dw_x)(MULT, FULL, x_col + v * DW_LANES, b);
-                        FD_DW_KEEP(xv[v]);
+                    xv0 = FD_ISA_FN(dw_x)(MULT, FULL, x_col, b);
+                    FD_DW_KEEP(xv0);
+                    if (VB == 2) {
+                        xv1 = FD_ISA_FN(dw_x)(MULT, FULL, x_col + DW_LANES, b);
+                        FD_DW_KEEP(xv1);
                     }
                     x_col += Cin;
                     FD_DW_KEEP_PTR(x_col);
                 }
-FD_UNROLL_BY(2)
-                for (v = 0; v < VB; v++)
 FD_UNROLL_BY(8)
-                    for (kx = 0; kx < KWC; kx++) {
-                        const int d = i - kx;
-                        if (d >= 0 && d % SWC == 0 && d / SWC < OXB)
-                            acc[v * OXB + d / SWC] = FD_ISA_FN(dw_fma)(xv[v], w[v * KWC + kx], acc[v * OXB + d / SWC]);
+                for (kx = 0; kx < KWC; kx++) {
+                    const int d = i - kx;
+                    if (d >= 0 && d % SWC == 0 && d / SWC < OXB) {
+                        acc[d / SWC] = FD_ISA_FN(dw_fma)(xv0, w0[kx], acc[d / SWC]);
+                        if (VB == 2) acc[OXB + d / SWC] = FD_ISA_FN(dw_fma)(xv1, w1[kx], acc[OXB + d / SWC]);
                     }
+                }
             }
         } else {
             for (ptrdiff_t kx = 0; kx < kW; kx++) {
@@ -215,14 +220,13 @@ FD_UNROLL_BY(16)
             }
         }
     }
-FD_UNROLL_BY(2)
-    for (v = 0; v < VB; v++)
 FD_UNROLL_BY(16)
-        for (j = 0; j < OXB; j++) {
-            FD_REAL *yp = y_row + (ox0 + j) * C + b->c0 + v * DW_LANES;
-            if (FULL) FD_ISA_FN(dw_store)(yp, acc[v * OXB + j]);
-            else FD_ISA_FN(dw_store_part)(yp, acc[v * OXB + j], b->lanes);
-        }
+    for (j = 0; j < OXB; j++) {
+        FD_REAL *yp = y_row + (ox0 + j) * C + b->c0;
+        if (FULL) FD_ISA_FN(dw_store)(yp, acc[j]);
+        else FD_ISA_FN(dw_store_part)(yp, acc[j], b->lanes);
+        if (VB == 2) FD_ISA_FN(dw_store)(yp + DW_LANES, acc[OXB + j]);   /* pairs are full vectors */
+    }
 }
 
 /* One output pixel anywhere: each tap checked, zero outside the image. Its terms are summed in the tiles'
@@ -258,43 +262,49 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
  * wide unless the row is narrower): tiles of TILE = DW_TILE/VB pixels where every horizontal tap falls inside
  * the image (columns [ox_lo, ox_hi)); elsewhere checked tiles of TILE/2 or TILE/4 pixels, the last one
  * moved left to end at ox_end (recomputing a few pixels of this row, with the same result). Rows
- * narrower than DW_TILE/4 go pixel by pixel. */
-DW_INLINE void FD_ISA_FN(conv_dw_block_row)(const int KWC, const int SWC, const int VB, const int MULT, const int FULL,
-                                            const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,
-                                            ptrdiff_t ox_begin, ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,
-                                            const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,
-                                            const DW_VEC *bias_v, FD_REAL *FD_RESTRICT y_row)
-{
-    const int TILE = DW_TILE / VB, HALF = TILE / 2, QUARTER = TILE / 4;
-#define DW_TILE_AT(OXB, CHECK, at) \
+ * narrower than DW_TILE/4 go pixel by pixel. One function per VB (conv_dw_block_row, conv_dw_pair_row), so
+ * that the tile sizes are constants where the tiles are inlined: computed from a VB argument, they made GCC
+ * compile the one-vector tiles 5-7 % larger and up to 25 % slower. */
+#define DW_DEFINE_BLOCK_ROW(name, VB)                                                                              \
+    DW_INLINE void FD_ISA_FN(name)(const int KWC, const int SWC, const int MULT, const int FULL,                   \
+                                   const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,        \
+                                   ptrdiff_t ox_begin, ptrdiff_t ox_end, ptrdiff_t ox_lo, ptrdiff_t ox_hi,          \
+                                   const FD_ISA_FN(dw_block) *b, const FD_REAL *FD_RESTRICT wr,                    \
+                                   const DW_VEC *bias_v, FD_REAL *FD_RESTRICT y_row)                               \
+    {                                                                                                              \
+        enum { TILE = DW_TILE / (VB), HALF = TILE / 2, QUARTER = TILE / 4 };                                       \
+        if (geo->out_w < DW_TILE / 4) {                                                                            \
+            for (int v = 0; v < (VB); v++) {                                                                       \
+                FD_ISA_FN(dw_block) block = *b;                                                                    \
+                block.c0 += v * DW_LANES;                                                                          \
+                for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)                                                   \
+                    FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, &block, wr, bias_v[v], y_row);      \
+            }                                                                                                      \
+            return;                                                                                                \
+        }                                                                                                          \
+        for (ptrdiff_t ox = ox_begin; ox < ox_end;) {                                                              \
+            const ptrdiff_t left = ox_end - ox;                                                                    \
+            if (left >= TILE && ox >= ox_lo && ox + TILE <= ox_hi) {                                               \
+                DW_TILE_AT(TILE, (VB), 0, ox);                                                                     \
+                ox += TILE;                                                                                        \
+            } else if (geo->out_w >= HALF) {                                                                       \
+                const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;                                            \
+                if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, (VB), 0, at);                              \
+                else DW_TILE_AT(HALF, (VB), 1, at);                                                                \
+                ox = at + HALF;                                                                                    \
+            } else {                                                                                               \
+                const ptrdiff_t at = left >= QUARTER ? ox : ox_end - QUARTER;                                      \
+                DW_TILE_AT(QUARTER, (VB), 1, at);                                                                  \
+                ox = at + QUARTER;                                                                                 \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+#define DW_TILE_AT(OXB, VB, CHECK, at) \
     FD_ISA_FN(conv_dw_tile)(KWC, SWC, OXB, VB, CHECK, MULT, FULL, geo, x_image, oy, at, b, wr, bias_v, y_row)
-    if (geo->out_w < DW_TILE / 4) {
-        for (int v = 0; v < VB; v++) {
-            FD_ISA_FN(dw_block) bv = *b;
-            bv.c0 += v * DW_LANES;
-            for (ptrdiff_t ox = ox_begin; ox < ox_end; ox++)
-                FD_ISA_FN(conv_dw_pixel)(MULT, FULL, geo, x_image, oy, ox, &bv, wr, bias_v[v], y_row);
-        }
-        return;
-    }
-    for (ptrdiff_t ox = ox_begin; ox < ox_end;) {
-        const ptrdiff_t left = ox_end - ox;
-        if (left >= TILE && ox >= ox_lo && ox + TILE <= ox_hi) {
-            DW_TILE_AT(TILE, 0, ox);
-            ox += TILE;
-        } else if (geo->out_w >= HALF) {
-            const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;
-            if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, 0, at);
-            else DW_TILE_AT(HALF, 1, at);
-            ox = at + HALF;
-        } else {
-            const ptrdiff_t at = left >= QUARTER ? ox : ox_end - QUARTER;
-            DW_TILE_AT(QUARTER, 1, at);
-            ox = at + QUARTER;
-        }
-    }
+DW_DEFINE_BLOCK_ROW(conv_dw_block_row, 1)
+DW_DEFINE_BLOCK_ROW(conv_dw_pair_row, 2)
 #undef DW_TILE_AT
-}
+#undef DW_DEFINE_BLOCK_ROW
 
 /* Output channels [c_begin, c_end) of row oy, in blocks of DW_LANES from c_begin. */
 DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MULT, const fd_geometry *geo,
@@ -317,16 +327,16 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
         if (DW_PAIRS && KWC && !MULT && c_end - c0 >= 2 * DW_LANES) {   /* two vectors of channels a tile */
             bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
             bias_v[1] = bias ? FD_ISA_FN(dw_load)(bias + c0 + DW_LANES) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, 2, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b,
-                                         wr, bias_v, y_row);
+            FD_ISA_FN(conv_dw_pair_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+                                        bias_v, y_row);
             b.lanes = 2 * DW_LANES;
         } else if (b.lanes == DW_LANES) {
             bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, 1, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b,
-                                         wr, bias_v, y_row);
+            FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+                                         bias_v, y_row);
         } else {   /* the last, partial vector: the generic tile only (code size) */
             bias_v[0] = bias ? FD_ISA_FN(dw_load_part)(bias + c0, b.lanes) : FD_ISA_FN(dw_zero)();
-            FD_ISA_FN(conv_dw_block_row)(0, 0, 1, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
+            FD_ISA_FN(conv_dw_block_row)(0, 0, MULT, 0, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
                                          bias_v, y_row);
         }
     }
