@@ -167,8 +167,7 @@ FD_UNROLL_BY(16)
         }
         const FD_REAL *x_row = x_image + iy * W * Cin + ci;
         if (KWC) {
-            DW_VEC w0[8], w1[8];   /* vector 0's and vector 1's weights of tap kx (separate arrays, and
-                                      separate input vectors below, keep VB = 1 as fast as before) */
+            DW_VEC w0[8], w1[8];   /* the first and (VB = 2) the second vector's weights of tap kx */
             int i, kx;
 FD_UNROLL_BY(8)
             for (kx = 0; kx < KWC; kx++) {
