@@ -286,7 +286,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
             if (left >= TILE && ox >= ox_lo && ox + TILE <= ox_hi) {                                               \
                 DW_TILE_AT(TILE, (VB), 0, ox);                                                                     \
                 ox += TILE;                                                                                        \
-            } else if (geo->out_w >= HALF) {                                                                       \
+            } else if (HALF <= DW_TILE / 4 || geo->out_w >= HALF) {   /* narrower rows went pixel by pixel */       \
                 const ptrdiff_t at = left >= HALF ? ox : ox_end - HALF;                                            \
                 if (at >= ox_lo && at + HALF <= ox_hi) DW_TILE_AT(HALF, (VB), 0, at);                              \
                 else DW_TILE_AT(HALF, (VB), 1, at);                                                                \
@@ -314,7 +314,8 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
 {
     const ptrdiff_t C = geo->out_channels, Cog = C / geo->groups, Cig = geo->in_channels / geo->groups;
     FD_ISA_FN(dw_block) b;
-    for (ptrdiff_t c0 = c_begin; c0 < c_end; c0 += b.lanes) {
+    ptrdiff_t step;
+    for (ptrdiff_t c0 = c_begin; c0 < c_end; c0 += step) {
         b.c0 = c0;
         b.lanes = c_end - c0 < DW_LANES ? c_end - c0 : DW_LANES;
         /* the lanes' input channels must fit in one vector: fewer lanes where they would not (Cig > Cog) */
@@ -322,13 +323,14 @@ DW_INLINE void FD_ISA_FN(conv_dw_row)(const int KWC, const int SWC, const int MU
         b.src = (c0 / Cog) * Cig;
         b.src_count = ((c0 + b.lanes - 1) / Cog - c0 / Cog) * Cig + 1;
         b.idx = FD_ISA_FN(dw_index)(MULT ? c0 : 0, MULT ? Cog : 1, Cig);
+        step = b.lanes;
         DW_VEC bias_v[2];
         if (DW_PAIRS && KWC && !MULT && c_end - c0 >= 2 * DW_LANES) {   /* two vectors of channels a tile */
             bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
             bias_v[1] = bias ? FD_ISA_FN(dw_load)(bias + c0 + DW_LANES) : FD_ISA_FN(dw_zero)();
             FD_ISA_FN(conv_dw_pair_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
                                         bias_v, y_row);
-            b.lanes = 2 * DW_LANES;
+            step = 2 * DW_LANES;
         } else if (b.lanes == DW_LANES) {
             bias_v[0] = bias ? FD_ISA_FN(dw_load)(bias + c0) : FD_ISA_FN(dw_zero)();
             FD_ISA_FN(conv_dw_block_row)(KWC, SWC, MULT, 1, geo, x_image, oy, ox_begin, ox_end, ox_lo, ox_hi, &b, wr,
