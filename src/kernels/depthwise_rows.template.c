@@ -263,7 +263,7 @@ DW_INLINE void FD_ISA_FN(conv_dw_pixel)(const int MULT, const int FULL, const fd
  * moved left to end at ox_end (recomputing a few pixels of this row, with the same result). Rows
  * narrower than DW_TILE/4 go pixel by pixel. One function per VB (conv_dw_block_row, conv_dw_pair_row), so
  * that the tile sizes are constants where the tiles are inlined: computed from a VB argument, they made GCC
- * compile the one-vector tiles 5-7 % larger and up to 25 % slower. */
+ * compile the one-vector tiles larger and slower (asv_benches/NOTES.md, 2026-12-07 (fifth)). */
 #define DW_DEFINE_BLOCK_ROW(name, VB)                                                                              \
     DW_INLINE void FD_ISA_FN(name)(const int KWC, const int SWC, const int MULT, const int FULL,                   \
                                    const fd_geometry *geo, const FD_REAL *FD_RESTRICT x_image, ptrdiff_t oy,        \
