@@ -77,6 +77,7 @@ cdef extern from "kernels/depthwise_rows.h" nogil:
 
 cdef extern from "kernels/planar_rows.h" nogil:
     int fd_planar_isa_compiled(int isa)
+    int fd_planar_block_outputs()
 
 cdef extern from "algorithms/algorithm.h" nogil:
     enum: FD_FLOAT32, FD_FLOAT64, FD_BLOB_ALIGN, FD_GEMM_CHUNK_MAX_PIXELS, FD_COL2IM_WORKSPACE_BYTES, FD_COL2IM_MIN_PIXELS
@@ -283,6 +284,12 @@ def set_gemm_isa(str name):
 
 def get_gemm_isa():
     return fd_gemm_isa_name(fd_gemm_get_isa()).decode()
+
+
+def planar_block_outputs():
+    """Outputs the "planar" kernel of the current ISA computes over one load of its input vectors: 8 with
+    32 vector registers (AVX-512, NEON), 4 with 16 (AVX2, SSE2)."""
+    return fd_planar_block_outputs()
 
 
 def set_gemm_panel_budget(nbytes):

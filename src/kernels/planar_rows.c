@@ -12,15 +12,23 @@
 #include "planar_rows.h"
 
 #define FD_ISA_FN(name) FD_CAT(FD_FN(name), FD_CAT(_, FD_ISA))
+/* vector registers of the portable clone's ISA: NEON's 32 on AArch64, SSE2's 16 on x86-64 */
+#if defined(__aarch64__) || defined(_M_ARM64)
+#define FD_PLANAR_PORTABLE_REGISTERS 32
+#else
+#define FD_PLANAR_PORTABLE_REGISTERS 16
+#endif
 #define FD_TEMPLATE "kernels/planar_rows.template.c"
 
 #define FD_TARGET
 #define FD_ISA portable
 #define FD_PLANAR_VECTOR_BYTES 16
+#define FD_PLANAR_REGISTERS FD_PLANAR_PORTABLE_REGISTERS
 #include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_PLANAR_VECTOR_BYTES
+#undef FD_PLANAR_REGISTERS
 
 #if FD_X86_TARGET_ATTRIBUTES
 #define FD_PLANAR_X86_CLONES 1
@@ -55,18 +63,22 @@ static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX2_FEATURES)
 #define FD_ISA avx2
 #define FD_PLANAR_VECTOR_BYTES 32
+#define FD_PLANAR_REGISTERS 16
 #include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_PLANAR_VECTOR_BYTES
+#undef FD_PLANAR_REGISTERS
 
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_ISA avx512
 #define FD_PLANAR_VECTOR_BYTES 64
+#define FD_PLANAR_REGISTERS 32
 #include "runtime/instantiate_types.h"
 #undef FD_TARGET
 #undef FD_ISA
 #undef FD_PLANAR_VECTOR_BYTES
+#undef FD_PLANAR_REGISTERS
 #undef FD_PLANAR_TRANSPOSE8
 #else
 #define FD_PLANAR_X86_CLONES 0
@@ -80,6 +92,7 @@ static int planar_avx512_available(void) { return FD_CPU_SUPPORTS(FD_AVX512_FEAT
 
 typedef struct {
     int (*available)(void);
+    int block_outputs;   /* PLANAR_MAX_OUTPUTS of the clone (planar_rows.h) */
     int (*srows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const float *, const float *,
                  const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, void *);
     int (*drows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const double *, const double *,
@@ -88,12 +101,13 @@ typedef struct {
 
 /* Indexed by the GEMM's ISA id (gemm.h); an ISA without a clone of its own (NEON: the portable clone is
  * NEON code there; every SIMD ISA on MSVC) has no row and runs the nearest lower one (FD_ISA_ROW_LOOKUP). */
-#define PLANAR_CLONE(id, isa) [id] = {planar_##isa##_available, fd_splanar_rows_##isa, fd_dplanar_rows_##isa},
+#define PLANAR_CLONE(id, isa, registers) \
+    [id] = {planar_##isa##_available, FD_PLANAR_BLOCK_OUTPUTS(registers), fd_splanar_rows_##isa, fd_dplanar_rows_##isa},
 static const planar_clone planar_clones[FD_ISA_COUNT] = {
-    PLANAR_CLONE(FD_ISA_PORTABLE, portable)
+    PLANAR_CLONE(FD_ISA_PORTABLE, portable, FD_PLANAR_PORTABLE_REGISTERS)
 #if FD_PLANAR_X86_CLONES
-    PLANAR_CLONE(FD_ISA_AVX2, avx2)
-    PLANAR_CLONE(FD_ISA_AVX512, avx512)
+    PLANAR_CLONE(FD_ISA_AVX2, avx2, 16)
+    PLANAR_CLONE(FD_ISA_AVX512, avx512, 32)
 #endif
 };
 #undef PLANAR_CLONE
@@ -101,6 +115,8 @@ static const planar_clone planar_clones[FD_ISA_COUNT] = {
 FD_ISA_ROW_LOOKUP(planar_clone_for, planar_clone, planar_clones)
 
 int fd_planar_isa_compiled(int isa) { return FD_ISA_ROW_COMPILED(planar_clones, isa); }
+
+int fd_planar_block_outputs(void) { return planar_clone_for(fd_gemm_get_isa())->block_outputs; }
 
 #define FD_PLANAR_DISPATCH(prefix, real)                                                                       \
     int fd_##prefix##planar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,     \

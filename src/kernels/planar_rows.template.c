@@ -22,6 +22,15 @@ typedef FD_REAL FD_ISA_FN(planar_vec);
 #endif
 #define PLANAR_VEC FD_ISA_FN(planar_vec)
 #define PLANAR_VECTORS 8
+/* Outputs per block of several (planar_block_outputs) and vectors of pixels for each: with 32 vector
+   registers (AVX-512, NEON) 8 outputs x 3 vectors, 24 accumulators beside 3 input vectors and a
+   broadcast weight, so that each loaded vector feeds 8 multiply-adds and each weight 3; with 16, 4 x 2. */
+#define PLANAR_MAX_OUTPUTS FD_PLANAR_BLOCK_OUTPUTS(FD_PLANAR_REGISTERS)
+#if PLANAR_MAX_OUTPUTS >= 8
+#define PLANAR_OUTPUT_VECTORS(no) ((no) > 4 ? 3 : 4)
+#else
+#define PLANAR_OUTPUT_VECTORS(no) ((no) > 2 ? 2 : 4)
+#endif
 
 /* nv (1..8, a constant where it is inlined) vectors of pixels: bias plus every tap's channels. */
 FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block)(ptrdiff_t nv, FD_REAL *FD_RESTRICT out, FD_REAL b,
@@ -94,36 +103,44 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_pairs)(ptrdiff_t nv
     memcpy(out, acc, (size_t)nv * sizeof(PLANAR_VEC));
 }
 
-/* no (2..4) outputs of one group at once, nv vectors each (no*nv <= 8, constants where inlined): the
- * input vectors are loaded once for all of them. Output oo's weights start wstride after oo - 1's. */
+/* no (2..PLANAR_MAX_OUTPUTS) outputs of one group at once, nv vectors each (at most
+ * PLANAR_OUTPUT_VECTORS(no); constants where inlined): the input vectors are loaded once for all of them.
+ * Output oo's weights start wstride after oo - 1's. The first `count` pixels go to y, pixel v's no
+ * outputs at y + v*y_step, one pixel after the other (its outputs are adjacent in memory). */
 FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_outputs)(
-    ptrdiff_t no, ptrdiff_t nv, FD_REAL *FD_RESTRICT out, const FD_REAL *b, const FD_REAL *const *tap_x,
-    const FD_REAL *wbase, const ptrdiff_t *tap_w, ptrdiff_t wstride, ptrdiff_t taps, ptrdiff_t Cig, ptrdiff_t width,
-    ptrdiff_t shift)
+    ptrdiff_t no, ptrdiff_t nv, FD_REAL *FD_RESTRICT y, ptrdiff_t y_step, ptrdiff_t count, const FD_REAL *b,
+    const FD_REAL *const *tap_x, const FD_REAL *wbase, const ptrdiff_t *tap_w, ptrdiff_t wstride, ptrdiff_t taps,
+    ptrdiff_t Cig, ptrdiff_t width, ptrdiff_t shift)
 {
-    PLANAR_VEC acc[4][PLANAR_VECTORS / 2];
+    PLANAR_VEC acc[PLANAR_MAX_OUTPUTS][4];
     FD_UNROLL_BY(8)
     for (ptrdiff_t oo = 0; oo < no; oo++)
-        FD_UNROLL_BY(8)
+        FD_UNROLL_BY(4)
         for (ptrdiff_t v = 0; v < nv; v++) acc[oo][v] = (PLANAR_VEC){0} + b[oo];
     for (ptrdiff_t t = 0; t < taps; t++) {
         const FD_REAL *FD_RESTRICT xr = tap_x[t] + shift;
         const FD_REAL *FD_RESTRICT w = wbase + tap_w[t];
         for (ptrdiff_t i = 0; i < Cig; i++) {
             const FD_REAL *FD_RESTRICT xc = xr + i * width;
-            PLANAR_VEC xv[PLANAR_VECTORS / 2];
-            FD_UNROLL_BY(8)
+            PLANAR_VEC xv[4];
+            FD_UNROLL_BY(4)
             for (ptrdiff_t v = 0; v < nv; v++) memcpy(&xv[v], xc + v * PLANAR_LANES, sizeof xv[v]);
             FD_UNROLL_BY(8)
             for (ptrdiff_t oo = 0; oo < no; oo++) {
                 const FD_REAL wi = w[oo * wstride + i];
-                FD_UNROLL_BY(8)
+                FD_UNROLL_BY(4)
                 for (ptrdiff_t v = 0; v < nv; v++) acc[oo][v] += xv[v] * wi;
             }
         }
     }
+    FD_REAL tmp[PLANAR_MAX_OUTPUTS][4 * PLANAR_LANES];
     FD_UNROLL_BY(8)
-    for (ptrdiff_t oo = 0; oo < no; oo++) memcpy(out + oo * nv * PLANAR_LANES, acc[oo], (size_t)nv * sizeof(PLANAR_VEC));
+    for (ptrdiff_t oo = 0; oo < no; oo++) memcpy(tmp[oo], acc[oo], (size_t)nv * sizeof(PLANAR_VEC));
+    for (ptrdiff_t v = 0; v < count; v++) {
+        FD_REAL *FD_RESTRICT d = y + v * y_step;
+        FD_UNROLL_BY(8)
+        for (ptrdiff_t oo = 0; oo < no; oo++) d[oo] = tmp[oo][v];
+    }
 }
 
 /* Input row iy of image n, columns [ix_lo, ix_lo + width), transposed into a ring row (C_in, width);
@@ -164,10 +181,10 @@ FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_
     case 16 + nvc: FD_ISA_FN(planar_block)(nvc, tmp, b[0], tap_x, wbase, tap_w, taps, Cig, width, j - j_lo); break;
 #define PLANAR_PAIRS_CASE(nvc) \
     case 16 + nvc: FD_ISA_FN(planar_block_pairs)(nvc, tmp, b[0], tap_x, wbase, tap_w, taps, Cig, width, j - j_lo); break;
-#define PLANAR_OUTPUTS_CASE(noc, nvc)                                                                       \
-    case noc * 16 + nvc:                                                                                  \
-        FD_ISA_FN(planar_block_outputs)(noc, nvc, tmp, b, tap_x, wbase, tap_w, wstride, taps, Cig, width, \
-                                        j - j_lo);                                                        \
+#define PLANAR_OUTPUTS_CASE(noc, nvc)                                                                          \
+    case noc * 16 + nvc:                                                                                     \
+        FD_ISA_FN(planar_block_outputs)(noc, nvc, y_row + (r + sW * j) * C + o0, sW * C, count, b, tap_x, wbase, \
+                                        tap_w, wstride, taps, Cig, width, j - j_lo);                         \
         break;
 
 FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
@@ -260,16 +277,17 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
                         y_row[(r + sW * j) * C + o] = acc;
                     }
                 if (jb <= ja) continue;
-                /* up to 4 outputs at once over one load of the input vectors; the run in blocks of equal
-                   whole vectors, at most 8 accumulators in all */
+                /* up to PLANAR_MAX_OUTPUTS outputs at once over one load of the input vectors (blocks of
+                   PLANAR_MAX_OUTPUTS, then up to 4); the run in blocks of equal whole vectors */
                 const ptrdiff_t vectors = (jb - ja + PLANAR_LANES - 1) / PLANAR_LANES;
                 for (ptrdiff_t o0 = g * Cog; o0 < (g + 1) * Cog;) {
-                    const ptrdiff_t no = (g + 1) * Cog - o0 < 4 ? (g + 1) * Cog - o0 : 4;
-                    const ptrdiff_t most = no == 1 ? PLANAR_VECTORS : PLANAR_VECTORS / 2 / (no == 2 ? 1 : 2);
+                    const ptrdiff_t left = (g + 1) * Cog - o0;
+                    const ptrdiff_t no = left >= PLANAR_MAX_OUTPUTS ? PLANAR_MAX_OUTPUTS : left < 4 ? left : 4;
+                    const ptrdiff_t most = no == 1 ? PLANAR_VECTORS : PLANAR_OUTPUT_VECTORS(no);
                     const ptrdiff_t blocks = (vectors + most - 1) / most;
                     const ptrdiff_t step = (vectors + blocks - 1) / blocks * PLANAR_LANES;
                     const FD_REAL *wbase = wp + o0 * wstride;
-                    FD_REAL b[4];
+                    FD_REAL b[PLANAR_MAX_OUTPUTS];
                     for (ptrdiff_t oo = 0; oo < no; oo++) b[oo] = bias ? bias[o0 + oo] : (FD_REAL)0;
                     for (ptrdiff_t j = ja; j < jb; j += step) {
                         const ptrdiff_t count = jb - j < step ? jb - j : step;
@@ -291,11 +309,19 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
                             PLANAR_OUTPUTS_CASE(3, 2)
                             PLANAR_OUTPUTS_CASE(4, 1)
                             PLANAR_OUTPUTS_CASE(4, 2)
+#if PLANAR_MAX_OUTPUTS >= 8
+                            PLANAR_OUTPUTS_CASE(3, 3)
+                            PLANAR_OUTPUTS_CASE(3, 4)
+                            PLANAR_OUTPUTS_CASE(4, 3)
+                            PLANAR_OUTPUTS_CASE(4, 4)
+                            PLANAR_OUTPUTS_CASE(8, 1)
+                            PLANAR_OUTPUTS_CASE(8, 2)
+                            PLANAR_OUTPUTS_CASE(8, 3)
+#endif
                             default: return FD_ERR_ARGUMENT;
                         }
-                        for (ptrdiff_t oo = 0; oo < no; oo++)
-                            for (ptrdiff_t v = 0; v < count; v++)
-                                y_row[(r + sW * (j + v)) * C + o0 + oo] = tmp[oo * nv * PLANAR_LANES + v];
+                        if (no == 1)
+                            for (ptrdiff_t v = 0; v < count; v++) y_row[(r + sW * (j + v)) * C + o0] = tmp[v];
                     }
                     o0 += no;
                 }
@@ -310,3 +336,5 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
 #undef PLANAR_LANES
 #undef PLANAR_VEC
 #undef PLANAR_VECTORS
+#undef PLANAR_MAX_OUTPUTS
+#undef PLANAR_OUTPUT_VECTORS

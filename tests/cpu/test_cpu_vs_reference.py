@@ -126,6 +126,10 @@ NAMED_DECONV = {
     # cases) run in blocks of taps, the later ones adding to C (src/kernels/gemm_internal.h); 40 columns: a
     # blocked 32-wide panel beside a narrow one
     "tap_blocks": Case(hw=(4, 5), c_in=260, c_out=40, kernel=(6, 6), stride=2, padding=2),
+    # "planar"'s blocks of 8 outputs (AVX-512, NEON) then 4 and 1 (21 = 8 + 8 + 4 + 1), over runs of 70
+    # pixels per column phase: blocks of 3 and 2 vectors of float32, 3 of float64, and the border pixels
+    "planar_output_blocks": Case(n=2, hw=(3, 70), c_in=9, c_out=21, kernel=(3, 3), stride=(1, 2), padding=1,
+                                 output_padding=(0, 1)),
 }
 DTYPE_PARAMS = ["float16", "float32", "float64"]
 

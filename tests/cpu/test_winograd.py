@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import platform
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -408,9 +409,16 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, padding=1, output_padding=1), "winograd"),
     ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
     ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
-    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), "col2im"),        # 8 outputs: phase GEMMs half a vector
+    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), ("col2im", "planar")),   # 8 outputs: phase GEMMs half a vector
     ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),   # unequal phases
-    ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),     # C_in < 64
+    ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),   # C_in 16
+    ((1, 64, 64, 16), (16, 3, 3, 24), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
+    ((1, 64, 64, 16), (16, 3, 3, 32), dict(stride=2, padding=1, output_padding=1), "phase"),     # 32 outputs
+    ((1, 64, 64, 32), (32, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),     # 32 inputs
+    ((1, 64, 64, 16), (16, 3, 3, 12), dict(stride=1, padding=1), ("col2im", "planar")),          # stride 1: 12 outputs
+    ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=1, padding=1), "phase"),                       # ... not 16
+    ((1, 1, 900, 16), (16, 1, 3, 16), dict(stride=(1, 2), padding=(0, 1)), ("phase", "planar")),  # 1-D
+    ((1, 64, 64, 16), (16, 2, 2, 16), dict(stride=2), "col2im"),                                 # kernel = stride
     ((1, 64, 64, 32), (32, 5, 5, 16), dict(stride=2, padding=2, output_padding=1), "phase"),     # unequal phases
     ((1, 64, 64, 32), (32, 5, 5, 32), dict(stride=2, padding=2, output_padding=1), "winograd"),  # ... 32 outputs
     ((1, 32, 32, 384), (384, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # 16 outputs, C_in <= 24·C_out
@@ -436,10 +444,25 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 56, 56, 96), (96, 4, 4, 24), dict(stride=2, padding=1, groups=4), "phase"),       # groups of 24
     ((1, 64, 64, 128), (128, 3, 3, 128), dict(stride=1, padding=3, dilation=3), "winograd"),   # as a convolution
 ])
-def test_automatic_choice(x_shape, w_shape, kw, want):
+def test_automatic_choice(isa_path, x_shape, w_shape, kw, want):
+    """want: the choice, or (with "planar" blocks of 4 outputs, with blocks of 8) where the ISA decides."""
     geometry = resolve_conv_transpose2d(x_shape, w_shape, kw["stride"], kw.get("padding", 0),
                                         kw.get("output_padding", 0), kw.get("dilation", 1), kw.get("groups", 1), None)
+    if isinstance(want, tuple):
+        want = want[_cpu.planar_block_outputs() == 8]
     assert _cpu_backend.choose_algorithm(geometry) == want
+
+
+def test_planar_blocks_follow_the_vector_registers(isa_path):
+    """8 outputs per block where the planar clone has 32 vector registers (AVX-512; NEON, the portable
+    clone on AArch64), 4 with 16 (AVX2; SSE2, the portable clone on x86-64)."""
+    compiled = "planar" in _cpu.build_info()["isa_kernels_compiled"].get(isa_path, [])
+    blocks = _cpu.planar_block_outputs()
+    assert blocks in (4, 8)
+    if compiled and isa_path in ("avx2", "avx512"):
+        assert blocks == (8 if isa_path == "avx512" else 4)
+    if isa_path == "portable":
+        assert blocks == (8 if platform.machine().lower() in ("aarch64", "arm64") else 4)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,want", [
