@@ -121,9 +121,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       channels its reads of the transposed rows (per output channel, from L2) cost more than col2im's
       GEMM, which then is efficient enough. Where the ISA has 32 vector registers (AVX-512, NEON:
       _cpu.planar_block_outputs() is 8) the kernel computes 8 outputs over each load of the input
-      vectors, and "planar" also takes C_in <= 16 with up to 24 outputs (12 with stride 1 on both axes)
-      whenever the kernel differs from the stride: LinkNet's and ENet's 16 -> 16 k3 s2 decoders ran 1.2x
-      faster than "phase" and "col2im", 1-D ones up to 2x. Several groups of few channels run merged
+      vectors, and "planar" also takes one group with up to 24 outputs (12 with stride 1 on both axes)
+      whenever the kernel differs from the stride, from C_in <= 16, or C_in <= 128 to 8 outputs or more
+      with a stride of 2 or more and a kernel of several rows, where "winograd" does not pay: LinkNet's and ENet's
+      16 -> 16 k3 s2 decoders ran 1.2-1.3x faster than "phase" and "col2im", ERFNet's 64 -> 16 1.2x,
+      1-D ones up to 2x. Every weight finite (the usual case), the border pixels run in its vectors too. Several groups of few channels run merged
       instead (group_merge; grouped07, 32 groups of 4 -> 4, took 23.3 ms as planar, 12.2 merged on phase).
     * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
       a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
@@ -173,9 +175,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     channels = geometry.in_per_group * geometry.out_per_group
     if geometry.in_per_group == 1:
         choice = "depthwise"
-    elif geometry.groups == 1 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP and (
-            (geometry.out_per_group < 8 and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride])
-            or _planar_blocks_pay(geometry)):
+    elif (geometry.groups == 1 and geometry.out_per_group < 8 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP
+          and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]) or _planar_blocks_pay(geometry):
         choice = "planar"
     elif _col2im_pays(geometry):
         choice = "col2im"
@@ -193,15 +194,22 @@ _PLANAR_MAX_CHANNELS = (32, 16)
 _PLANAR_MAX_IN_PER_GROUP = 16
 # ... and, where its blocks hold 8 outputs, up to this C_out (for a kernel other than the stride; the
 # second for stride 1 on both axes): from 16 inputs to 32 outputs, or 16 to 16 with stride 1, the phase
-# GEMM was the faster (asv_benches/NOTES.md, 2026-12-07 seventh).
+# GEMM was the faster; and up to this C_in with at least 8 outputs where a stride is 2 or more and the
+# kernel has several rows (k3 s2 and k5 s2 from 256 inputs, 1-D layers from 32 on rows of 4096, and 32-128
+# inputs to 1-6 outputs ran slower than col2im or the phase GEMMs; asv_benches/NOTES.md, 2026-12-07 seventh).
 _PLANAR_BLOCKS_MAX_OUT = (24, 12)
+_PLANAR_BLOCKS_MAX_IN_STRIDED = 128
 
 
 def _planar_blocks_pay(geometry: ConvGeometry) -> bool:
     """choose_algorithm's wider "planar" rule, for an ISA whose planar kernel computes 8 outputs at once."""
-    if _cpu.planar_block_outputs() < 8 or geometry.kernel_hw == geometry.stride:
+    if (_cpu.planar_block_outputs() < 8 or geometry.groups != 1 or geometry.kernel_hw == geometry.stride
+            or geometry.out_per_group > _PLANAR_BLOCKS_MAX_OUT[geometry.stride == (1, 1)]):
         return False
-    return geometry.out_per_group <= _PLANAR_BLOCKS_MAX_OUT[geometry.stride == (1, 1)]
+    if geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP:
+        return True
+    return (8 <= geometry.out_per_group and geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_STRIDED
+            and geometry.stride != (1, 1) and geometry.kernel_hw[0] > 1 and not _winograd_pays(geometry))
 
 # Convolution "grouped" up to these C_in/groups and C_out/groups (asv_benches/NOTES.md, 2026-12-05: 12 -> 12
 # ran 1.2x faster than im2col, 16 -> 16 1.6x slower; 8 -> 16 1.4x faster, 8 -> 32 1.1x slower).

@@ -85,8 +85,9 @@ static ptrdiff_t planar_tasks(const fd_geometry *geo, int threads, fd_task *task
     return count;
 }
 
-/* Blob parts: the row and column tap tables, then the reordered weight. */
-enum { PLANAR_TAPS_Y, PLANAR_TAPS_X, PLANAR_WEIGHT };
+/* Blob parts: the row and column tap tables, the reordered weight, then whether every weight is finite
+   (an int: the border pixels then run in the vector blocks, kernels/planar_rows.h). */
+enum { PLANAR_TAPS_Y, PLANAR_TAPS_X, PLANAR_WEIGHT, PLANAR_FINITE };
 
 #elif defined(FD_ALGORITHM_DESCRIPTOR)
 
@@ -99,10 +100,11 @@ static int FD_FN(planar_pack)(const fd_geometry *geo, const void *weight, void *
     const ptrdiff_t kH = geo->kernel_h, kW = geo->kernel_w, sH = geo->stride_h, sW = geo->stride_w;
     const ptrdiff_t C = geo->out_channels, G = geo->groups, Cog = C / G, Cig = geo->in_channels / G;
     fd_blob b;
-    fd_blob_begin(&b, blob, 3);
+    fd_blob_begin(&b, blob, 4);
     ptrdiff_t *taps_y = (ptrdiff_t *)fd_blob_add(&b, PLANAR_TAPS_Y, (size_t)(sH * (1 + kH)) * sizeof(ptrdiff_t));
     ptrdiff_t *taps_x = (ptrdiff_t *)fd_blob_add(&b, PLANAR_TAPS_X, (size_t)(sW * (1 + kW)) * sizeof(ptrdiff_t));
     FD_REAL *wp = (FD_REAL *)fd_blob_add(&b, PLANAR_WEIGHT, (size_t)(C * kH * kW * Cig) * sizeof(FD_REAL));
+    int *finite = (int *)fd_blob_add(&b, PLANAR_FINITE, sizeof(int));
     *bytes = b.size;
     if (blob == NULL) return FD_OK;
     fd_phase_taps(sH, kH, geo->dilation_h, geo->pad_top, taps_y);
@@ -114,6 +116,9 @@ static int FD_FN(planar_pack)(const fd_geometry *geo, const void *weight, void *
             for (ptrdiff_t i = 0; i < Cig; i++)
                 wp[(o * kH * kW + t) * Cig + i] = w[((g * Cig + i) * kH * kW + t) * Cog + oo];
     }
+    FD_REAL sum = 0;   /* w - w is 0 for a finite w, NaN for Inf and NaN */
+    for (ptrdiff_t e = 0; e < C * kH * kW * Cig; e++) sum += wp[e] - wp[e];
+    *finite = sum == 0;
     return FD_OK;
 }
 
@@ -122,7 +127,8 @@ static int FD_FN(planar_run)(const fd_operands *op, const fd_task *t, void *work
     return FD_FN(planar_rows)(op->geo, (const ptrdiff_t *)fd_blob_part(op->packed, PLANAR_TAPS_Y),
                               (const ptrdiff_t *)fd_blob_part(op->packed, PLANAR_TAPS_X), (const FD_REAL *)op->x,
                               (const FD_REAL *)fd_blob_part(op->packed, PLANAR_WEIGHT), (const FD_REAL *)op->bias,
-                              (FD_REAL *)op->y, t->row_begin, t->row_end, t->col_begin, t->col_end, workspace);
+                              (FD_REAL *)op->y, t->row_begin, t->row_end, t->col_begin, t->col_end,
+                              *(const int *)fd_blob_part(op->packed, PLANAR_FINITE), workspace);
 }
 
 #endif

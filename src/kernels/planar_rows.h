@@ -52,10 +52,10 @@ int fd_planar_block_outputs(void);
 
 int fd_splanar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *x,
                     const float *wp, const float *bias, float *y, ptrdiff_t row_begin, ptrdiff_t row_end,
-                    ptrdiff_t col_begin, ptrdiff_t col_end, void *ring);
+                    ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite, void *ring);
 int fd_dplanar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const double *x,
                     const double *wp, const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end,
-                    ptrdiff_t col_begin, ptrdiff_t col_end, void *ring);
+                    ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite, void *ring);
 
 /* 1 if the kernel has a clone of its own for the GEMM's ISA id `isa` (gemm.h) in this build. */
 int fd_planar_isa_compiled(int isa);

@@ -190,7 +190,8 @@ FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_
 FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                                      const FD_REAL *FD_RESTRICT x, const FD_REAL *FD_RESTRICT wp,
                                      const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin,
-                                     ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, void *ring)
+                                     ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite,
+                                     void *ring)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Cig = Cin / geo->groups;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, C = geo->out_channels, Cog = C / geo->groups;
@@ -260,9 +261,16 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
                         tap_x[taps] = row_data[i] + g * Cig * width + (j_lo + off - ix_lo);
                         tap_w[taps++] = (row_ky[i] * kW + kx) * Cig;
                     }
-                /* Pixels [ja, jb) have every tap inside the image: vector blocks. The others, at the
-                   borders, skip their taps outside it, which must not multiply anything (0 * Inf = NaN). */
+                /* Pixels [ja, jb) run in vector blocks: those with every tap inside the image, or all of them
+                   when every weight is finite. There a tap outside the image reads the ring's zero columns,
+                   whose products are +-0 and leave every sum as it is, but the sign of a zero: -0 + +0 is
+                   +0. Otherwise the border pixels skip their taps outside the image one by one: those
+                   must not multiply anything (0 * Inf = NaN where the formula has no term). */
                 ptrdiff_t ja = j_lo > -off_min ? j_lo : -off_min, jb = j_hi < W - off_max ? j_hi : W - off_max;
+                if (weights_finite) {
+                    ja = j_lo;
+                    jb = j_hi;
+                }
                 if (jb < ja) jb = ja = j_hi;
                 for (ptrdiff_t o = g * Cog; o < (g + 1) * Cog; o++)
                     for (ptrdiff_t j = j_lo; j < j_hi; j++) {

@@ -410,16 +410,20 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
     ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
     ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), ("col2im", "planar")),   # 8 outputs: phase GEMMs half a vector
-    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),   # unequal phases
+    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),  # unequal phases
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),   # C_in 16
     ((1, 64, 64, 16), (16, 3, 3, 24), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
     ((1, 64, 64, 16), (16, 3, 3, 32), dict(stride=2, padding=1, output_padding=1), "phase"),     # 32 outputs
-    ((1, 64, 64, 32), (32, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),     # 32 inputs
+    ((1, 64, 64, 128), (128, 3, 3, 24), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
+    ((1, 64, 64, 256), (256, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),   # 256 inputs
+    ((1, 64, 64, 32), (32, 3, 3, 8), dict(stride=1, padding=1), "col2im"),          # ... 32 with stride 1
+    ((1, 1, 900, 32), (32, 1, 8, 16), dict(stride=(1, 4), padding=(0, 2)), "phase"),  # ... or 1-D
+    ((1, 32, 32, 32), (32, 4, 4, 24), dict(stride=2, padding=1), "winograd"),       # where winograd pays
     ((1, 64, 64, 16), (16, 3, 3, 12), dict(stride=1, padding=1), ("col2im", "planar")),          # stride 1: 12 outputs
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=1, padding=1), "phase"),                       # ... not 16
     ((1, 1, 900, 16), (16, 1, 3, 16), dict(stride=(1, 2), padding=(0, 1)), ("phase", "planar")),  # 1-D
     ((1, 64, 64, 16), (16, 2, 2, 16), dict(stride=2), "col2im"),                                 # kernel = stride
-    ((1, 64, 64, 32), (32, 5, 5, 16), dict(stride=2, padding=2, output_padding=1), "phase"),     # unequal phases
+    ((1, 64, 64, 32), (32, 5, 5, 16), dict(stride=2, padding=2, output_padding=1), ("phase", "planar")),
     ((1, 64, 64, 32), (32, 5, 5, 32), dict(stride=2, padding=2, output_padding=1), "winograd"),  # ... 32 outputs
     ((1, 32, 32, 384), (384, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # 16 outputs, C_in <= 24·C_out
     ((50, 14, 14, 512), (512, 4, 4, 17), dict(stride=2, padding=1), "col2im"),   # Keypoint R-CNN: C_in > 24·C_out
