@@ -70,6 +70,44 @@ static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES
 #undef FD_PLANAR_VECTOR_BYTES
 #undef FD_PLANAR_REGISTERS
 
+/* The first `count` (<= 16) pixels of 8 outputs' rows of 16 (rows[o*row_stride + p]) to y, pixel p's 8
+ * outputs at y + p*y_step: an 8 x 16 transpose in three rounds of two-source permutes (pairs of outputs,
+ * then fours, then eights per pixel), then a 256-bit store per pixel. */
+static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX512_FEATURES) void planar_store8x16_avx512(
+    const float *rows, ptrdiff_t row_stride, float *y, ptrdiff_t y_step, ptrdiff_t count)
+{
+    static const int pairs[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+                                     {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
+    static const int fours[2][16] = {{0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23},
+                                     {8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31}};
+    static const int eights[2][16] = {{0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23},
+                                      {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}};
+    __m512 a[8], t[8], u[8], v[8];
+    for (int o = 0; o < 8; o++) a[o] = _mm512_loadu_ps(rows + o * row_stride);
+    for (int h = 0; h < 2; h++) {
+        const __m512i ip = _mm512_loadu_si512(pairs[h]);
+        for (int o = 0; o < 4; o++) t[2 * o + h] = _mm512_permutex2var_ps(a[2 * o], ip, a[2 * o + 1]);
+    }
+    /* t[2*o + h]: outputs 2o and 2o+1 of pixels 8h..8h+7 */
+    for (int h = 0; h < 2; h++) {
+        const __m512i i4 = _mm512_loadu_si512(fours[h]);
+        for (int q = 0; q < 2; q++)
+            for (int g = 0; g < 2; g++) u[4 * g + 2 * q + h] = _mm512_permutex2var_ps(t[4 * g + q], i4, t[4 * g + q + 2]);
+    }
+    /* u[4g + 2q + h]: outputs 4g..4g+3 of pixels 8q + 4h .. 8q + 4h + 3 */
+    for (int h = 0; h < 2; h++) {
+        const __m512i i8 = _mm512_loadu_si512(eights[h]);
+        for (int r = 0; r < 4; r++) v[2 * r + h] = _mm512_permutex2var_ps(u[r], i8, u[r + 4]);
+    }
+    /* v[2r + h]: outputs 0..7 of pixels 4r + 2h (low half) and 4r + 2h + 1 (high half) */
+    for (ptrdiff_t p = 0; p < count; p++) {
+        const __m512 w = v[p / 2];
+        const __m256 half = p % 2 == 0 ? _mm512_castps512_ps256(w)
+                                       : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
+        _mm256_storeu_ps(y + p * y_step, half);
+    }
+}
+#define FD_PLANAR_STORE8X16 planar_store8x16_avx512
 #define FD_TARGET FD_TARGET_FEATURES(FD_AVX512_FEATURES)
 #define FD_ISA avx512
 #define FD_PLANAR_VECTOR_BYTES 64
@@ -80,6 +118,7 @@ static inline __attribute__((always_inline)) FD_TARGET_FEATURES(FD_AVX2_FEATURES
 #undef FD_PLANAR_VECTOR_BYTES
 #undef FD_PLANAR_REGISTERS
 #undef FD_PLANAR_TRANSPOSE8
+#undef FD_PLANAR_STORE8X16
 #else
 #define FD_PLANAR_X86_CLONES 0
 #endif

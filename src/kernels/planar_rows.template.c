@@ -136,6 +136,16 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_outputs)(
     FD_REAL tmp[PLANAR_MAX_OUTPUTS][4 * PLANAR_LANES];
     FD_UNROLL_BY(8)
     for (ptrdiff_t oo = 0; oo < no; oo++) memcpy(tmp[oo], acc[oo], (size_t)nv * sizeof(PLANAR_VEC));
+#if defined(FD_PLANAR_STORE8X16)
+    /* float, 8 outputs: transposed in registers, 16 pixels at a time */
+    if (sizeof(FD_REAL) == sizeof(float) && PLANAR_LANES == 16 && no == 8) {
+        FD_UNROLL_BY(4)
+        for (ptrdiff_t v = 0; v < nv; v++)
+            FD_PLANAR_STORE8X16((const float *)tmp[0] + v * 16, 4 * PLANAR_LANES, (float *)y + v * 16 * y_step, y_step,
+                                count - v * 16 < 16 ? count - v * 16 : 16);
+        return;
+    }
+#endif
     for (ptrdiff_t v = 0; v < count; v++) {
         FD_REAL *FD_RESTRICT d = y + v * y_step;
         FD_UNROLL_BY(8)
