@@ -140,11 +140,12 @@ assert platform.machine() == 'aarch64' and info['gemm_isa'] == 'neon' and info['
 "
 # A quick subset (the whole suite takes about half an hour under emulation): the CPU backend against the numpy
 # reference through every algorithm on both GEMM paths (portable, neon), hypothesis' examples scaled down,
-# and the SIMD-path checks.
+# and the SIMD-path checks (planar's blocks of 8 outputs with NEON's 32 registers among them).
 CI=1 FASTDECONV_TEST_EXAMPLES=${FASTDECONV_AARCH64_EXAMPLES:-0.03} timeout 600 \
     env QEMU_LD_PREFIX="$rootfs" OPENBLAS_NUM_THREADS=1 qemu-aarch64 "$rootfs/usr/bin/python3.11" -m pytest -q \
     -p no:cacheprovider --durations=5 tests/cpu/test_cpu_vs_reference.py \
     tests/cpu/test_kernel_safety.py::test_aarch64_builds_have_the_neon_path \
+    tests/cpu/test_winograd.py::test_planar_blocks_follow_the_vector_registers \
     tests/api/test_call_behaviour.py::test_show_config_prints_thread_pool_and_simd
 cd "$root"
 echo "aarch64: all passed"
