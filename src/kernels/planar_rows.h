@@ -41,7 +41,7 @@ static inline size_t fd_planar_ring_bytes(const fd_geometry *geo, ptrdiff_t cols
 }
 
 /* Outputs computed together over one load of the input vectors, by a clone with this many vector registers:
- * 8 outputs x 3 vectors of pixels with 32 (AVX-512, NEON), 4 x 2 with 16 (AVX2, SSE2). */
+ * 8 outputs x 3 vectors of pixels with 32 (AVX-512, NEON), 4 x 3 with 16 (AVX2, SSE2). */
 #define FD_PLANAR_BLOCK_OUTPUTS(registers) ((registers) >= 32 ? 8 : 4)
 /* ... for the clone the GEMM's ISA choice (fd_gemm_get_isa) runs now: the automatic choice of algorithm
  * gives "planar" more outputs where it has the wider blocks. */

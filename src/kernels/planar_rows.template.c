@@ -24,12 +24,13 @@ typedef FD_REAL FD_ISA_FN(planar_vec);
 #define PLANAR_VECTORS 8
 /* Outputs per block of several (planar_block_outputs) and vectors of pixels for each: with 32 vector
    registers (AVX-512, NEON) 8 outputs x 3 vectors, 24 accumulators beside 3 input vectors and a
-   broadcast weight, so that each loaded vector feeds 8 multiply-adds and each weight 3; with 16, 4 x 2. */
+   broadcast weight, so that each loaded vector feeds 8 multiply-adds and each weight 3; with 16, 4 x 3
+   (12 accumulators, 3 input vectors and the weight: every register). */
 #define PLANAR_MAX_OUTPUTS FD_PLANAR_BLOCK_OUTPUTS(FD_PLANAR_REGISTERS)
 #if PLANAR_MAX_OUTPUTS >= 8
 #define PLANAR_OUTPUT_VECTORS(no) ((no) > 4 ? 3 : 4)
 #else
-#define PLANAR_OUTPUT_VECTORS(no) ((no) > 2 ? 2 : 4)
+#define PLANAR_OUTPUT_VECTORS(no) ((no) > 2 ? 3 : 4)
 #endif
 
 /* nv (1..8, a constant where it is inlined) vectors of pixels: bias plus every tap's channels. */
@@ -327,10 +328,10 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
                             PLANAR_OUTPUTS_CASE(3, 2)
                             PLANAR_OUTPUTS_CASE(4, 1)
                             PLANAR_OUTPUTS_CASE(4, 2)
-#if PLANAR_MAX_OUTPUTS >= 8
                             PLANAR_OUTPUTS_CASE(3, 3)
-                            PLANAR_OUTPUTS_CASE(3, 4)
                             PLANAR_OUTPUTS_CASE(4, 3)
+#if PLANAR_MAX_OUTPUTS >= 8
+                            PLANAR_OUTPUTS_CASE(3, 4)
                             PLANAR_OUTPUTS_CASE(4, 4)
                             PLANAR_OUTPUTS_CASE(8, 1)
                             PLANAR_OUTPUTS_CASE(8, 2)
