@@ -122,11 +122,12 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       GEMM, which then is efficient enough. Where the ISA has 32 vector registers (AVX-512, NEON:
       _cpu.planar_block_outputs() is 8) the kernel computes 8 outputs over each load of the input
       vectors, and "planar" also takes one group with up to 24 outputs (12 with stride 1 on both axes)
-      whenever the kernel differs from the stride, from C_in <= 16, or C_in <= 128 to 8 outputs or more
-      with a stride of 2 or more and a kernel of several rows, where "winograd" does not pay: LinkNet's and ENet's
-      16 -> 16 k3 s2 decoders ran 1.2-1.3x faster than "phase" and "col2im", ERFNet's 64 -> 16 1.2x,
-      1-D ones up to 2x. Every weight finite (the usual case), the border pixels run in its vectors too. Several groups of few channels run merged
-      instead (group_merge; grouped07, 32 groups of 4 -> 4, took 23.3 ms as planar, 12.2 merged on phase).
+      whenever the kernel differs from the stride: from C_in <= 16, or from C_in <= 128 to 8 outputs or
+      more with a stride of 2 or more, a kernel of several rows and no "winograd" (_planar_blocks_pay):
+      LinkNet's and ENet's 16 -> 16 k3 s2 decoders ran 1.2-1.5x faster than "phase" and "col2im",
+      ERFNet's 64 -> 16 1.2x, 1-D ones up to 2x. With every weight finite (the usual case) its border
+      pixels run in the vectors too. Several groups of few channels run merged instead (group_merge;
+      grouped07, 32 groups of 4 -> 4, took 23.3 ms as planar, 12.2 merged on phase).
     * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
       a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
       N = kH·kW·C_out/groups keeps the GEMM efficient, and its scatter-add costs about 1/C_in of its

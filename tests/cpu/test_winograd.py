@@ -409,8 +409,10 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, padding=1, output_padding=1), "winograd"),
     ((4, 32, 32, 128), (128, 4, 4, 32), dict(stride=2, padding=1, groups=4), "winograd"),
     ((1, 256, 256, 32), (32, 4, 4, 16), dict(stride=2, padding=1), "winograd"),  # big
-    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), ("col2im", "planar")),   # 8 outputs: phase GEMMs half a vector
-    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),  # unequal phases
+    # 8 outputs: phase GEMMs half a vector
+    ((1, 32, 32, 8), (8, 4, 4, 8), dict(stride=2, padding=1), ("col2im", "planar")),
+    # unequal phases
+    ((1, 64, 64, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),   # C_in 16
     ((1, 64, 64, 16), (16, 3, 3, 24), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
     ((1, 64, 64, 16), (16, 3, 3, 32), dict(stride=2, padding=1, output_padding=1), "phase"),     # 32 outputs
