@@ -124,6 +124,20 @@ static inline const void *fd_blob_part(const void *blob, size_t index) {
     return (const char *)blob + ((const size_t *)blob)[index];
 }
 
+/* Whether all `count` values are finite, which a pack function records in its blob: kernels that
+ * multiply zeros by the weights (padding, border taps) are exact only then, since 0 * Inf is NaN.
+ * v - v is 0 for a finite v and NaN for Inf or NaN, and a NaN term makes the sum NaN. Called per type
+ * as FD_FN(values_finite). */
+#define FD_DEFINE_VALUES_FINITE(prefix, real)                                   \
+    static inline int fd_##prefix##values_finite(const real *v, ptrdiff_t count) { \
+        real sum = 0;                                                           \
+        for (ptrdiff_t i = 0; i < count; i++) sum += v[i] - v[i];               \
+        return sum == 0;                                                        \
+    }
+FD_DEFINE_VALUES_FINITE(s, float)
+FD_DEFINE_VALUES_FINITE(d, double)
+#undef FD_DEFINE_VALUES_FINITE
+
 /* ------------------------------------------------------------------ workspace rules */
 
 /* An indirect GEMM's chunk of output pixels: its A rows (chunk * K elements) take

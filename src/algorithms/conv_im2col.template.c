@@ -446,12 +446,7 @@ static int FD_FN(im2col_pack)(const fd_geometry *geo, const void *weight, void *
     fd_blob b;
     fd_blob_begin(&b, blob, IM2COL_MATRICES + (size_t)G);
     int *finite = (int *)fd_blob_add(&b, IM2COL_FINITE, sizeof(int));
-    if (finite != NULL) {
-        const FD_REAL *w = (const FD_REAL *)weight;
-        FD_REAL sum = 0;   /* w - w is 0 for a finite w, NaN for Inf and NaN */
-        for (ptrdiff_t i = 0; i < G * Cog * K; i++) sum += w[i] - w[i];
-        *finite = sum == 0;
-    }
+    if (finite != NULL) *finite = FD_FN(values_finite)((const FD_REAL *)weight, G * Cog * K);
     void *zeros = fd_blob_add(&b, IM2COL_ZEROS, (size_t)Cig * sizeof(FD_REAL));
     if (zeros != NULL) memset(zeros, 0, (size_t)Cig * sizeof(FD_REAL));
     for (ptrdiff_t g = 0; g < G; g++) {

@@ -116,9 +116,7 @@ static int FD_FN(planar_pack)(const fd_geometry *geo, const void *weight, void *
             for (ptrdiff_t i = 0; i < Cig; i++)
                 wp[(o * kH * kW + t) * Cig + i] = w[((g * Cig + i) * kH * kW + t) * Cog + oo];
     }
-    FD_REAL sum = 0;   /* w - w is 0 for a finite w, NaN for Inf and NaN */
-    for (ptrdiff_t e = 0; e < C * kH * kW * Cig; e++) sum += wp[e] - wp[e];
-    *finite = sum == 0;
+    *finite = FD_FN(values_finite)(wp, C * kH * kW * Cig);
     return FD_OK;
 }
 

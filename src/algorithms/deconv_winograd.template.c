@@ -362,10 +362,7 @@ static int FD_FN(winograd_pack)(const fd_geometry *geo, const void *weight, void
 
     status = FD_FN(phase_pack)(geo, weight, phase_blob, &phase_bytes);
     const FD_REAL *w = (const FD_REAL *)weight;
-    const ptrdiff_t count = geo->in_channels * kH * kW * Cog;
-    *finite = 1;
-    for (ptrdiff_t e = 0; e < count; e++)
-        if (w[e] - w[e] != 0) *finite = 0;   /* NaN or infinite */
+    *finite = FD_FN(values_finite)(w, geo->in_channels * kH * kW * Cog);
     const ptrdiff_t *taps_y = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_Y);
     const ptrdiff_t *taps_x = (const ptrdiff_t *)fd_blob_part(phase_blob, PHASE_TAPS_X);
     for (ptrdiff_t g = 0; status == FD_OK && g < G; g++)
