@@ -176,8 +176,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
     channels = geometry.in_per_group * geometry.out_per_group
     if geometry.in_per_group == 1:
         choice = "depthwise"
-    elif (geometry.groups == 1 and geometry.out_per_group < 8 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP
-          and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]) or _planar_blocks_pay(geometry):
+    elif ((geometry.groups == 1 and geometry.out_per_group < 8 and geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP
+          and channels <= _PLANAR_MAX_CHANNELS[(kh, kw) == geometry.stride]) or _planar_blocks_pay(geometry)
+          or _planar_groups_pay(geometry)):
         choice = "planar"
     elif _col2im_pays(geometry):
         choice = "col2im"
@@ -211,6 +212,25 @@ def _planar_blocks_pay(geometry: ConvGeometry) -> bool:
         return True
     return (8 <= geometry.out_per_group and geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_STRIDED
             and geometry.stride != (1, 1) and geometry.kernel_hw[0] > 1 and not _winograd_pays(geometry))
+
+def _planar_groups_pay(geometry: ConvGeometry) -> bool:
+    """choose_algorithm's "planar" rule for several groups of 2 or more input channels each."""
+    cig, cog = geometry.in_per_group, geometry.out_per_group
+    if geometry.groups == 1 or cig < 2 or geometry.kernel_hw == geometry.stride:
+        return False
+    if cog <= _PLANAR_GROUPS_MAX_OUT:
+        return cig <= _PLANAR_GROUPS_MAX_IN
+    return (cog <= _PLANAR_GROUPS_BLOCKS_MAX_OUT and cig <= _PLANAR_MAX_IN_PER_GROUP
+            and geometry.out_channels <= _PLANAR_GROUPS_BLOCKS_MAX_CHANNELS and _cpu.planar_block_outputs() >= 8
+            and not _winograd_pays(geometry))
+
+# "planar" for several groups (_planar_groups_pay): up to 8 outputs from up to 32 inputs per group, on every ISA;
+# up to 16 outputs from up to 16 inputs per group, 128 outputs in all, on 32-register ISAs (asv_benches/NOTES.md,
+# 2026-12-08).
+_PLANAR_GROUPS_MAX_OUT = 8
+_PLANAR_GROUPS_MAX_IN = 32
+_PLANAR_GROUPS_BLOCKS_MAX_OUT = 16
+_PLANAR_GROUPS_BLOCKS_MAX_CHANNELS = 128
 
 # Convolution "grouped" up to these C_in/groups and C_out/groups (asv_benches/NOTES.md, 2026-12-05: 12 -> 12
 # ran 1.2x faster than im2col, 16 -> 16 1.6x slower; 8 -> 16 1.4x faster, 8 -> 32 1.1x slower).

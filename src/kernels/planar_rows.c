@@ -133,9 +133,11 @@ typedef struct {
     int (*available)(void);
     int block_outputs;   /* PLANAR_MAX_OUTPUTS of the clone (planar_rows.h) */
     int (*srows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const float *, const float *,
-                 const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, int, void *);
+                 const float *, float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, int,
+                 void *);
     int (*drows)(const fd_geometry *, const ptrdiff_t *, const ptrdiff_t *, const double *, const double *,
-                 const double *, double *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, int, void *);
+                 const double *, double *, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t, int,
+                 void *);
 } planar_clone;
 
 /* Indexed by the GEMM's ISA id (gemm.h); an ISA without a clone of its own (NEON: the portable clone is
@@ -160,12 +162,12 @@ int fd_planar_block_outputs(void) { return planar_clone_for(fd_gemm_get_isa())->
 #define FD_PLANAR_DISPATCH(prefix, real)                                                                       \
     int fd_##prefix##planar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,     \
                                  const real *x, const real *wp, const real *bias, real *y, ptrdiff_t row_begin, \
-                                 ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite, \
-                                 void *ring)                                                                   \
+                                 ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, ptrdiff_t group_begin, \
+                                 ptrdiff_t group_end, int weights_finite, void *ring)                          \
     {                                                                                                          \
         return planar_clone_for(fd_gemm_get_isa())->prefix##rows(geo, taps_y, taps_x, x, wp, bias, y, row_begin, \
-                                                                 row_end, col_begin, col_end, weights_finite,  \
-                                                                 ring);                                        \
+                                                                 row_end, col_begin, col_end, group_begin,     \
+                                                                 group_end, weights_finite, ring);             \
     }
 
 FD_PLANAR_DISPATCH(s, float)

@@ -2,10 +2,11 @@
  * algorithms/deconv_planar.template.c: vectorised over output pixels, not channels.
  *
  * fd_?planar_rows computes the output tile rows [row_begin, row_end) of the N*Ho output rows by columns
- * [col_begin, col_end) (a multiple of sW, or Wo) of a transposed convolution. taps_y/taps_x are the
- * stride-phase tap tables (fd_phase_taps); wp is the weight reordered to (C_out, kH, kW, C_in/groups).
- * `ring` is fd_planar_ring_bytes(geo, col_end - col_begin) bytes of workspace: the input rows the tile
- * reads, transposed to (C_in, columns) with zero columns around them, cached in a ring of
+ * [col_begin, col_end) (a multiple of sW, or Wo) by groups [group_begin, group_end) of a transposed
+ * convolution. taps_y/taps_x are the stride-phase tap tables (fd_phase_taps); wp is the weight reordered
+ * to (C_out, kH, kW, C_in/groups). `ring` is fd_planar_ring_bytes(geo, col_end - col_begin,
+ * group_end - group_begin) bytes of workspace: the input rows the tile reads, their channels of those
+ * groups transposed to (channels, columns) with zero columns around them, cached in a ring of
  * fd_planar_ring_rows(geo) rows.
  *
  * The dispatch follows the GEMM's ISA choice (fd_gemm_get_isa), as the depthwise kernels do. */
@@ -35,8 +36,8 @@ static inline ptrdiff_t fd_planar_ring_width(const fd_geometry *geo, ptrdiff_t c
 static inline size_t fd_planar_tags_bytes(const fd_geometry *geo) {
     return ((size_t)fd_planar_ring_rows(geo) * sizeof(ptrdiff_t) + 63) / 64 * 64;
 }
-static inline size_t fd_planar_ring_bytes(const fd_geometry *geo, ptrdiff_t cols, size_t itemsize) {
-    return fd_planar_tags_bytes(geo) + (size_t)fd_planar_ring_rows(geo) * (size_t)geo->in_channels *
+static inline size_t fd_planar_ring_bytes(const fd_geometry *geo, ptrdiff_t cols, ptrdiff_t groups, size_t itemsize) {
+    return fd_planar_tags_bytes(geo) + (size_t)fd_planar_ring_rows(geo) * (size_t)(groups * geo->in_channels / geo->groups) *
                                            (size_t)fd_planar_ring_width(geo, cols) * itemsize;
 }
 
@@ -52,10 +53,12 @@ int fd_planar_block_outputs(void);
 
 int fd_splanar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const float *x,
                     const float *wp, const float *bias, float *y, ptrdiff_t row_begin, ptrdiff_t row_end,
-                    ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite, void *ring);
+                    ptrdiff_t col_begin, ptrdiff_t col_end, ptrdiff_t group_begin, ptrdiff_t group_end,
+                    int weights_finite, void *ring);
 int fd_dplanar_rows(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x, const double *x,
                     const double *wp, const double *bias, double *y, ptrdiff_t row_begin, ptrdiff_t row_end,
-                    ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite, void *ring);
+                    ptrdiff_t col_begin, ptrdiff_t col_end, ptrdiff_t group_begin, ptrdiff_t group_end,
+                    int weights_finite, void *ring);
 
 /* 1 if the kernel has a clone of its own for the GEMM's ISA id `isa` (gemm.h) in this build. */
 int fd_planar_isa_compiled(int isa);

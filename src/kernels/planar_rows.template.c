@@ -154,10 +154,11 @@ FD_TARGET static FD_FORCE_INLINE void FD_ISA_FN(planar_block_outputs)(
     }
 }
 
-/* Input row iy of image n, columns [ix_lo, ix_lo + width), transposed into a ring row (C_in, width);
- * columns outside the image are zero. */
+/* Input row iy of image n, columns [ix_lo, ix_lo + width), its Cin channels from x_row (pixels Cstride
+ * apart) transposed into a ring row (Cin, width); columns outside the image are zero. */
 FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_REAL *FD_RESTRICT x_row,
-                                             ptrdiff_t W, ptrdiff_t Cin, ptrdiff_t ix_lo, ptrdiff_t width)
+                                             ptrdiff_t W, ptrdiff_t Cin, ptrdiff_t Cstride, ptrdiff_t ix_lo,
+                                             ptrdiff_t width)
 {
     /* [c_begin, c_end) inside the image, clamped to the row (an input far from the tile reads no column) */
     const ptrdiff_t c_begin = ix_lo >= 0 ? 0 : (-ix_lo < width ? -ix_lo : width);
@@ -173,16 +174,16 @@ FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_
     /* float: 8 columns by 8 channels at a time, transposed in registers */
     if (sizeof(FD_REAL) == sizeof(float) && Cin >= 8) {
         for (; c + 8 <= c_end; c += 8) {
-            const float *FD_RESTRICT s = (const float *)(x_row + (ix_lo + c) * Cin);
+            const float *FD_RESTRICT s = (const float *)(x_row + (ix_lo + c) * Cstride);
             ptrdiff_t i = 0;
-            for (; i + 8 <= Cin; i += 8) FD_PLANAR_TRANSPOSE8(s + i, Cin, (float *)dst + i * width + c, width);
+            for (; i + 8 <= Cin; i += 8) FD_PLANAR_TRANSPOSE8(s + i, Cstride, (float *)dst + i * width + c, width);
             for (; i < Cin; i++)
-                for (ptrdiff_t k = 0; k < 8; k++) dst[i * width + c + k] = (FD_REAL)s[k * Cin + i];
+                for (ptrdiff_t k = 0; k < 8; k++) dst[i * width + c + k] = (FD_REAL)s[k * Cstride + i];
         }
     }
 #endif
     for (; c < c_end; c++) {
-        const FD_REAL *FD_RESTRICT s = x_row + (ix_lo + c) * Cin;
+        const FD_REAL *FD_RESTRICT s = x_row + (ix_lo + c) * Cstride;
         for (ptrdiff_t i = 0; i < Cin; i++) dst[i * width + c] = s[i];
     }
 }
@@ -201,8 +202,8 @@ FD_TARGET static void FD_ISA_FN(planar_fill)(FD_REAL *FD_RESTRICT dst, const FD_
 FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *taps_y, const ptrdiff_t *taps_x,
                                      const FD_REAL *FD_RESTRICT x, const FD_REAL *FD_RESTRICT wp,
                                      const FD_REAL *FD_RESTRICT bias, FD_REAL *FD_RESTRICT y, ptrdiff_t row_begin,
-                                     ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, int weights_finite,
-                                     void *ring)
+                                     ptrdiff_t row_end, ptrdiff_t col_begin, ptrdiff_t col_end, ptrdiff_t group_begin,
+                                     ptrdiff_t group_end, int weights_finite, void *ring)
 {
     const ptrdiff_t H = geo->in_h, W = geo->in_w, Cin = geo->in_channels, Cig = Cin / geo->groups;
     const ptrdiff_t Ho = geo->out_h, Wo = geo->out_w, C = geo->out_channels, Cog = C / geo->groups;
@@ -210,9 +211,15 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
     const ptrdiff_t sH = geo->stride_h, sW = geo->stride_w, dH = geo->dilation_h, dW = geo->dilation_w;
     const ptrdiff_t pt = geo->pad_top, pl = geo->pad_left;
     if (row_begin < 0 || row_end > geo->batch * Ho || col_begin < 0 || col_end > Wo || col_begin % sW != 0 ||
-        kH * kW > FD_PLANAR_MAX_TAPS)
+        group_begin < 0 || group_end > geo->groups || kH * kW > FD_PLANAR_MAX_TAPS)
         return FD_ERR_ARGUMENT;
-    if (row_begin >= row_end || col_begin >= col_end) return FD_OK;
+    if (row_begin >= row_end || col_begin >= col_end || group_begin >= group_end) return FD_OK;
+    /* the tile's groups as groups 0 .. group_count - 1: their inputs, weights, bias and outputs from here */
+    const ptrdiff_t group_count = group_end - group_begin, Cib = group_count * Cig;   /* Cib: the ring's channels */
+    x += group_begin * Cig;
+    wp += group_begin * Cog * kH * kW * Cig;
+    if (bias) bias += group_begin * Cog;
+    y += group_begin * Cog;
 
     const ptrdiff_t R = fd_planar_ring_rows(geo), width = fd_planar_ring_width(geo, col_end - col_begin);
     ptrdiff_t *tags = (ptrdiff_t *)ring;
@@ -247,9 +254,9 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
             const ptrdiff_t ky = ky_list[t], iy = jy + (ry + pt - ky * dH) / sH;   /* exact division */
             if (iy < 0 || iy >= H) continue;
             const ptrdiff_t slot = iy % R;
-            FD_REAL *slot_data = data + slot * Cin * width;
+            FD_REAL *slot_data = data + slot * Cib * width;
             if (tags[slot] != n * H + iy) {
-                FD_ISA_FN(planar_fill)(slot_data, x + (n * H + iy) * W * Cin, W, Cin, ix_lo, width);
+                FD_ISA_FN(planar_fill)(slot_data, x + (n * H + iy) * W * Cin, W, Cib, Cin, ix_lo, width);
                 tags[slot] = n * H + iy;
             }
             row_data[rows] = slot_data;
@@ -257,7 +264,7 @@ FD_TARGET int FD_ISA_FN(planar_rows)(const fd_geometry *geo, const ptrdiff_t *ta
         }
         FD_REAL *FD_RESTRICT y_row = y + q * Wo * C;
         const ptrdiff_t wstride = kH * kW * Cig;   /* between one output channel's weights and the next's */
-        for (ptrdiff_t g = 0; g < geo->groups; g++)
+        for (ptrdiff_t g = 0; g < group_count; g++)
             for (ptrdiff_t r = 0; r < sW && r < Wo; r++) {
                 const ptrdiff_t j_hi = (col_end - r + sW - 1) / sW;
                 if (j_hi <= j_lo) continue;

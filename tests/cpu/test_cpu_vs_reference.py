@@ -130,6 +130,10 @@ NAMED_DECONV = {
     # pixels per column phase: blocks of 3 and 2 vectors of float32, 3 of float64, and the border pixels
     "planar_output_blocks": Case(n=2, hw=(3, 70), c_in=9, c_out=21, kernel=(3, 3), stride=(1, 2), padding=1,
                                  output_padding=(0, 1)),
+    # "planar"'s tasks of some of the groups (planar_groups: 13 groups of 2304 weights and a ring of 3456
+    # elements each, 11 to PLANAR_GROUP_ELEMENTS, so blocks of 7 and 6), each transposing only its channels
+    "planar_group_blocks": Case(n=2, hw=(5, 15), c_in=13 * 32, c_out=13 * 8, groups=13, kernel=(3, 3), stride=2,
+                                padding=1, output_padding=1),
 }
 DTYPE_PARAMS = ["float16", "float32", "float64"]
 

@@ -125,7 +125,8 @@ def test_all_finite(dtype):
 
 def test_planar_keeps_its_groups():
     """"planar" runs its groups as they are (merged, it would multiply the zeros between them) and matches
-    the reference; the automatic choice for such a layer merges the groups onto another algorithm."""
+    the reference; the automatic choice takes it for groups of few channels (_planar_groups_pay), and merges
+    groups of more inputs onto another algorithm."""
     rng = np.random.default_rng(11)
     w = rng.standard_normal((32, 4, 4, 4)).astype(np.float32)
     x = rng.standard_normal((2, 7, 6, 32)).astype(np.float32)
@@ -136,6 +137,10 @@ def test_planar_keeps_its_groups():
     automatic = fastdeconv.ConvTranspose2d(w, None, stride=2, padding=1, groups=8)
     automatic(x)
     (backend_layer,) = automatic._layers.values()
-    assert automatic.algorithm != "planar" and backend_layer._merge > 1
+    assert automatic.algorithm == "planar" and backend_layer._merge == 1
+    wide = fastdeconv.ConvTranspose2d(np.zeros((192, 4, 4, 4), np.float32), None, stride=2, padding=1, groups=4)
+    wide(np.zeros((1, 5, 5, 192), np.float32))
+    (backend_layer,) = wide._layers.values()
+    assert wide.algorithm != "planar" and backend_layer._merge > 1
     want = reference_conv_transpose2d(x.astype(np.float64), w.astype(np.float64), None, stride=2, padding=1, groups=8)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -448,6 +448,15 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((4, 4, 4, 512), (512, 4, 4, 256), dict(stride=2, padding=1), "winograd"),
     ((4, 56, 56, 128), (128, 4, 4, 16), dict(stride=2, padding=1, groups=8), "winograd"),   # 8 groups of 16
     ((1, 56, 56, 96), (96, 4, 4, 24), dict(stride=2, padding=1, groups=4), "phase"),       # groups of 24
+    # several groups of few channels: "planar", which runs each group as it is (_planar_groups_pay)
+    ((1, 56, 56, 32), (32, 4, 4, 8), dict(stride=2, padding=1, groups=4), "planar"),       # 4 groups of 8 -> 8
+    ((4, 56, 56, 128), (128, 4, 4, 4), dict(stride=2, padding=1, groups=32), "planar"),    # 32 of 4 -> 4
+    ((1, 48, 48, 1024), (1024, 3, 3, 8), dict(stride=2, padding=1, output_padding=1, groups=32), "planar"),
+    ((1, 48, 48, 2048), (2048, 3, 3, 8), dict(stride=2, padding=1, output_padding=1, groups=32), "phase"),  # 64 in
+    ((1, 32, 32, 64), (64, 3, 3, 16), dict(stride=2, padding=1, output_padding=1, groups=8), ("phase", "planar")),
+    ((1, 32, 32, 128), (128, 3, 3, 16), dict(stride=2, padding=1, output_padding=1, groups=16), "phase"),  # 256 out
+    ((1, 48, 48, 32), (32, 2, 2, 8), dict(stride=2, groups=4), "phase"),                   # kernel = stride
+    ((1, 1, 900, 32), (32, 1, 8, 4), dict(stride=(1, 4), padding=(0, 2), groups=4), "planar"),   # 1-D
     ((1, 64, 64, 128), (128, 3, 3, 128), dict(stride=1, padding=3, dilation=3), "winograd"),   # as a convolution
 ])
 def test_automatic_choice(isa_path, x_shape, w_shape, kw, want):
@@ -840,13 +849,17 @@ def test_dilated_conv_choice(stride, dilation, want):
             fastdeconv.Conv2d(w, stride=stride, padding=2, dilation=dilation, algorithm="winograd")
 
 
-def test_groups_merged_to_16_input_channels_choose_winograd():
-    """32 groups of 4 -> 4 channels run merged as 8 groups of 16 -> 16 (group_merge), whose k4 s2 phases
-    "winograd" computes (the field's grouped07)."""
+def test_merged_groups_choose_winograd():
+    """4 groups of 48 -> 4 channels run merged as one group of 192 -> 16 (group_merge), whose k4 s2 phases
+    "winograd" computes; 32 groups of 4 -> 4 (the field's grouped07) run as they are on "planar"."""
+    w = np.zeros((192, 4, 4, 4), np.float32)
+    geometry = resolve_conv_transpose2d((1, 56, 56, 192), w.shape, 2, 1, 0, 1, 4, None)
+    layer = _cpu_backend.PackedLayer(w, None, np.float32, geometry)
+    assert layer.algorithm == "winograd" and layer._merge == 4
     w = np.zeros((128, 4, 4, 4), np.float32)
     geometry = resolve_conv_transpose2d((1, 56, 56, 128), w.shape, 2, 1, 0, 1, 32, None)
     layer = _cpu_backend.PackedLayer(w, None, np.float32, geometry)
-    assert layer.algorithm == "winograd"
+    assert layer.algorithm == "planar" and layer._merge == 1
 
 
 # ----------------------------------------------------------------------------------------------
