@@ -126,8 +126,11 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       more with a stride of 2 or more, a kernel of several rows and no "winograd" (_planar_blocks_pay):
       LinkNet's and ENet's 16 -> 16 k3 s2 decoders ran 1.2-1.5x faster than "phase" and "col2im",
       ERFNet's 64 -> 16 1.2x, 1-D ones up to 2x. With every weight finite (the usual case) its border
-      pixels run in the vectors too. Several groups of few channels run merged instead (group_merge;
-      grouped07, 32 groups of 4 -> 4, took 23.3 ms as planar, 12.2 merged on phase).
+      pixels run in the vectors too. Several groups of few channels (_planar_groups_pay): up to 8 outputs
+      from up to 32 inputs per group, and with 32 registers up to 16 outputs from up to 16 inputs per group
+      (128 outputs in all) where "winograd" does not pay; each group run as it is, never merged
+      (group_merge): 1.3-2.5x faster than "winograd" or "phase" on the merged groups at 1 and 2 threads
+      (the field's grouped01, grouped03 and grouped07: 32 groups of 4 -> 4, 3.7 ms against 5.6).
     * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
       a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
       N = kH·kW·C_out/groups keeps the GEMM efficient, and its scatter-add costs about 1/C_in of its
@@ -246,7 +249,7 @@ _WINOGRAD_MIN_OUT_PER_GROUP = 16
 _WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP = 32
 # ... and where several groups (merged or not) have exactly this many input channels each: k4 s2 with 8 groups
 # of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
-# of 4, grouped07); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
+# of 4, grouped07, which "planar" now runs); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
 _WINOGRAD_GROUPED_IN_PER_GROUP = 16
 # The convolution's "winograd" with sH·sW·C_in/groups up to this many times C_out/groups, or with at least
 # this many outputs per group from any number of inputs: 1.05-1.46x faster than im2col at 1, 2 and 4 threads
