@@ -129,7 +129,7 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       pixels run in the vectors too. Several groups of few channels (_planar_groups_pay): up to 8 outputs
       from up to 32 inputs per group, and with 32 registers up to 16 outputs from up to 16 inputs per group
       (128 outputs in all) where "winograd" does not pay; each group run as it is, never merged
-      (group_merge): 1.3-2.5x faster than "winograd" or "phase" on the merged groups at 1 and 2 threads
+      (group_merge): 1.15-1.9x faster than "winograd" on the merged groups at 1-16 threads
       (the field's grouped01, grouped03 and grouped07: 32 groups of 4 -> 4, 3.7 ms against 5.6).
     * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
       a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
