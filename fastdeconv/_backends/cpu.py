@@ -130,7 +130,8 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       from up to 32 inputs per group, and with 32 registers up to 16 outputs from up to 16 inputs per group
       (128 outputs in all) where "winograd" does not pay; each group run as it is, never merged
       (group_merge): 1.15-1.9x faster than "winograd" on the merged groups at 1-16 threads
-      (the field's grouped01, grouped03 and grouped07: 32 groups of 4 -> 4, 3.7 ms against 5.6).
+      (the field's grouped01, grouped03 and grouped07: 32 groups of 4 -> 4, 3.7 ms against 5.6; but
+      grouped07 at 1 thread on the 16-core Xeon, 1.12x slower).
     * few outputs per group (_col2im_pays): "col2im". The phase GEMMs' N = C_out/groups would fill
       a fraction of a SIMD register (or one vector, in a tile narrower than the wide ones); col2im's
       N = kH·kW·C_out/groups keeps the GEMM efficient, and its scatter-add costs about 1/C_in of its
