@@ -125,7 +125,9 @@ def choose_algorithm(geometry: ConvGeometry) -> str:
       whenever the kernel differs from the stride: from C_in <= 16, or from C_in <= 128 to 8 outputs or
       more with a stride of 2 or more, a kernel of several rows and no "winograd" (_planar_blocks_pay):
       LinkNet's and ENet's 16 -> 16 k3 s2 decoders ran 1.2-1.5x faster than "phase" and "col2im",
-      ERFNet's 64 -> 16 1.2x, 1-D ones up to 2x. With every weight finite (the usual case) its border
+      ERFNet's 64 -> 16 1.2x, 1-D ones up to 2x; and 1-D kernels (1 x k, stride 1 x s, s >= 2) to up to 12
+      outputs from up to 64 inputs, or to 8-12 from up to 128 (Demucs' and Conv-TasNet's last layers,
+      1.1-1.4x faster than "col2im"). With every weight finite (the usual case) its border
       pixels run in the vectors too. Several groups of few channels (_planar_groups_pay): up to 8 outputs
       from up to 32 inputs per group, and with 32 registers up to 16 outputs from up to 16 inputs per group
       (128 outputs in all) where "winograd" does not pay; each group run as it is, never merged
@@ -201,10 +203,15 @@ _PLANAR_MAX_IN_PER_GROUP = 16
 # ... and, where its blocks hold 8 outputs, up to this C_out (for a kernel other than the stride; the
 # second for stride 1 on both axes): from 16 inputs to 32 outputs, or 16 to 16 with stride 1, the phase
 # GEMM was the faster; and up to this C_in with at least 8 outputs where a stride is 2 or more and the
-# kernel has several rows (k3 s2 and k5 s2 from 256 inputs, 1-D layers from 32 on rows of 4096, and 32-128
-# inputs to 1-6 outputs ran slower than col2im or the phase GEMMs; asv_benches/NOTES.md, 2026-12-07 seventh).
+# kernel has several rows (k3 s2 and k5 s2 from 256 inputs, and 32-128 inputs to 1-6 outputs ran slower
+# than col2im or the phase GEMMs; asv_benches/NOTES.md, 2026-12-07 seventh).
 _PLANAR_BLOCKS_MAX_OUT = (24, 12)
 _PLANAR_BLOCKS_MAX_IN_STRIDED = 128
+# ... and 1-D kernels (1 x k, stride 1 x s with s >= 2) to at most this many outputs: from up to 128 inputs to 8
+# or more, from up to the second to fewer (from 128 inputs 1 or 2 outputs ran 1.1-1.45x slower than "col2im";
+# on rows as short as crn_dec4's, 31 inputs, 64 -> 16 ran 1.1-1.2x slower; asv_benches/NOTES.md, 2026-12-08).
+_PLANAR_BLOCKS_MAX_OUT_1D = 12
+_PLANAR_BLOCKS_MAX_IN_1D_FEW_OUT = 64
 
 
 def _planar_blocks_pay(geometry: ConvGeometry) -> bool:
@@ -214,6 +221,10 @@ def _planar_blocks_pay(geometry: ConvGeometry) -> bool:
         return False
     if geometry.in_per_group <= _PLANAR_MAX_IN_PER_GROUP:
         return True
+    if geometry.kernel_hw[0] == 1 and geometry.stride[0] == 1 and geometry.stride[1] > 1:   # 1-D
+        return geometry.out_per_group <= _PLANAR_BLOCKS_MAX_OUT_1D and (
+            geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_1D_FEW_OUT
+            or (8 <= geometry.out_per_group and geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_STRIDED))
     return (8 <= geometry.out_per_group and geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_STRIDED
             and geometry.stride != (1, 1) and geometry.kernel_hw[0] > 1 and not _winograd_pays(geometry))
 

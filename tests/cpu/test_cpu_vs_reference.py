@@ -132,6 +132,9 @@ NAMED_DECONV = {
                                  output_padding=(0, 1)),
     # "planar"'s tasks of some of the groups (planar_groups: 13 groups of 2304 weights and a ring of 3456
     # elements each, 11 to PLANAR_GROUP_ELEMENTS, so blocks of 7 and 6), each transposing only its channels
+    # "planar"'s tasks of at most 256 strides of output columns (PLANAR_MAX_STRIDES): a 1-D row of 600
+    # inputs, 1201 outputs at stride 2, in three tasks, with the taps of each task's edge in its neighbours'
+    "planar_column_tasks": Case(hw=(1, 600), c_in=40, c_out=8, kernel=(1, 5), stride=(1, 2), padding=(0, 2)),
     "planar_group_blocks": Case(n=2, hw=(5, 15), c_in=13 * 32, c_out=13 * 8, groups=13, kernel=(3, 3), stride=2,
                                 padding=1, output_padding=1),
 }

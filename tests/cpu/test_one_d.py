@@ -5,7 +5,8 @@ Checked against the reference: every algorithm of each kind that can run them, s
 strides, dilations, padding, output_padding, groups and batches; one layer given a 1-D input and then
 a 2-D one (and the other way round), which packs both orientations; the private weight copy (a later
 change to the caller's array reaches neither orientation); NaN and Inf where the formula puts them;
-and that a threaded 1-D call really has several tasks.
+that a threaded 1-D call really has several tasks; and "planar"'s tasks: at most 256 strides of columns,
+blocks of groups.
 """
 
 from __future__ import annotations
@@ -140,3 +141,21 @@ def test_an_image_one_pixel_wide_padded_along_w_reads_the_padding_column(algorit
     output column's taps all fall in the left padding (and the result is the bias)."""
     case = Case("c", n=2, hw=(9, 1), c_in=20, c_out=4, kernel=(3, 1), stride=(1, 3), padding=1)
     assert check_case(case, algorithm)
+
+
+def test_planar_tasks_span_at_most_256_strides_and_blocks_of_groups():
+    """"planar" cuts a long row into tasks of at most 256 strides of output columns even on one thread, and
+    a layer of many groups with large weights into blocks of groups (the task's part); the named cases
+    planar_column_tasks and planar_group_blocks (test_cpu_vs_reference.py) check their results."""
+    geometry = resolve_conv_transpose2d((1, 1, 600, 40), (40, 1, 5, 8), stride=(1, 2), padding=(0, 2))
+    w = np.ones((40, 1, 5, 8), np.float32)
+    with threaded(1):
+        tasks = _cpu_backend.PackedLayer(w, None, np.float32, geometry, "planar").runner(geometry).tasks
+    widths = tasks[:, 4] - tasks[:, 3]
+    assert len(tasks) == 3 and widths.max() <= 256 * 2 and widths.sum() == geometry.output_hw[1]
+    geometry = resolve_conv_transpose2d((2, 5, 15, 416), (416, 3, 3, 8), stride=2, padding=1, output_padding=1,
+                                        groups=13)
+    w = np.ones((416, 3, 3, 8), np.float32)
+    with threaded(1):
+        tasks = _cpu_backend.PackedLayer(w, None, np.float32, geometry, "planar").runner(geometry).tasks
+    assert sorted(set(tasks[:, 0])) == [0, 1]

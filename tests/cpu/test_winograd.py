@@ -419,7 +419,11 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 64, 64, 128), (128, 3, 3, 24), dict(stride=2, padding=1, output_padding=1), ("phase", "planar")),
     ((1, 64, 64, 256), (256, 3, 3, 16), dict(stride=2, padding=1, output_padding=1), "phase"),   # 256 inputs
     ((1, 64, 64, 32), (32, 3, 3, 8), dict(stride=1, padding=1), "col2im"),          # ... 32 with stride 1
-    ((1, 1, 900, 32), (32, 1, 8, 16), dict(stride=(1, 4), padding=(0, 2)), "phase"),  # ... or 1-D
+    ((1, 1, 900, 32), (32, 1, 8, 16), dict(stride=(1, 4), padding=(0, 2)), "phase"),  # ... or 1-D to 16
+    ((1, 1, 11000, 48), (48, 1, 8, 8), dict(stride=(1, 4)), ("col2im", "planar")),      # Demucs' last layer
+    ((1, 1, 4000, 128), (128, 1, 8, 8), dict(stride=(1, 4), padding=(0, 2)), ("col2im", "planar")),
+    ((1, 1, 4000, 64), (64, 1, 8, 1), dict(stride=(1, 4), padding=(0, 2)), ("phase", "planar")),
+    ((1, 1, 4000, 128), (128, 1, 8, 2), dict(stride=(1, 4), padding=(0, 2)), "col2im"),  # 128 inputs to 2
     ((1, 32, 32, 32), (32, 4, 4, 24), dict(stride=2, padding=1), "winograd"),       # where winograd pays
     ((1, 64, 64, 16), (16, 3, 3, 12), dict(stride=1, padding=1), ("col2im", "planar")),          # stride 1: 12 outputs
     ((1, 64, 64, 16), (16, 3, 3, 16), dict(stride=1, padding=1), "phase"),                       # ... not 16
@@ -432,7 +436,7 @@ def test_a_task_recomputes_exactly_its_own_rows(name):
     ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=1), "col2im"),      # 12 outputs
     ((1, 64, 64, 64), (64, 3, 3, 12), dict(stride=1, padding=2, dilation=2), "phase"),   # ... dilated
     ((1, 64, 64, 64), (64, 2, 2, 32), dict(stride=2), "col2im"),                 # kernel = stride, < 64 outputs
-    ((1, 1, 500, 64), (64, 1, 16, 12), dict(stride=(1, 8), padding=(0, 4)), "col2im"),   # 1-D, 12 outputs
+    ((1, 1, 500, 64), (64, 1, 16, 12), dict(stride=(1, 8), padding=(0, 4)), ("col2im", "planar")),   # 1-D, 12
     ((1, 32, 32, 16), (16, 4, 4, 64), dict(stride=2, padding=1), "phase"),
     ((1, 32, 32, 64), (64, 2, 2, 64), dict(stride=2), "phase"),                 # one tap per phase
     ((1, 32, 32, 64), (64, 3, 3, 64), dict(stride=2, dilation=2), "phase"),     # dilated
