@@ -525,8 +525,13 @@ def _canvas_elements(g) -> int:
 def _work_elements(ex, x, w, kwargs):
     """The output's element count (or the group count, if larger: the weights are packed per group)
     if the call were accepted; None if it cannot be estimated (the call is then rejected during
-    validation, before anything is allocated)."""
-    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.ndim in (3, 4) and w.ndim == 4):
+    validation, before anything is allocated). Lists and other array-likes count by the array they
+    make (a weight given as a list is accepted)."""
+    try:
+        x, w = np.asarray(x), np.asarray(w)
+    except Exception:   # a hostile array-like: the call rejects it too
+        return None
+    if not (x.ndim in (3, 4) and w.ndim == 4):
         return None
     shape_args = {k: v for k, v in kwargs.items() if k not in ("groups", "output_size")}
     fn = fastdeconv.conv_transpose2d_output_shape if ex.op != "c" else fastdeconv.conv2d_output_shape
