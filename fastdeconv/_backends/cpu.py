@@ -228,6 +228,7 @@ def _planar_blocks_pay(geometry: ConvGeometry) -> bool:
     return (8 <= geometry.out_per_group and geometry.in_per_group <= _PLANAR_BLOCKS_MAX_IN_STRIDED
             and geometry.stride != (1, 1) and geometry.kernel_hw[0] > 1 and not _winograd_pays(geometry))
 
+
 def _planar_groups_pay(geometry: ConvGeometry) -> bool:
     """choose_algorithm's "planar" rule for several groups of 2 or more input channels each."""
     cig, cog = geometry.in_per_group, geometry.out_per_group
@@ -247,6 +248,7 @@ _PLANAR_GROUPS_MAX_IN = 32
 _PLANAR_GROUPS_BLOCKS_MAX_OUT = 16
 _PLANAR_GROUPS_BLOCKS_MAX_CHANNELS = 128
 
+
 # Convolution "grouped" up to these C_in/groups and C_out/groups (asv_benches/NOTES.md, 2026-12-05: 12 -> 12
 # ran 1.2x faster than im2col, 16 -> 16 1.6x slower; 8 -> 16 1.4x faster, 8 -> 32 1.1x slower).
 _GROUPED_MAX_IN_PER_GROUP = 12
@@ -261,7 +263,8 @@ _WINOGRAD_MIN_OUT_PER_GROUP = 16
 _WINOGRAD_MIXED_PHASES_MIN_OUT_PER_GROUP = 32
 # ... and where several groups (merged or not) have exactly this many input channels each: k4 s2 with 8 groups
 # of 16 ran 1.2-1.3x faster than "phase" at 1 and 2 threads (the field's grouped05 and, merged from 32 groups
-# of 4, grouped07, which "planar" now runs); one group of 16 only 0.94-1.17x, 20-24 channels per group 0.7-0.93x (asv_benches/NOTES.md).
+# of 4, grouped07, which "planar" now runs); one group of 16 only 0.94-1.17x, 20-24 channels per group
+# 0.7-0.93x (asv_benches/NOTES.md).
 _WINOGRAD_GROUPED_IN_PER_GROUP = 16
 # The convolution's "winograd" with sH·sW·C_in/groups up to this many times C_out/groups, or with at least
 # this many outputs per group from any number of inputs: 1.05-1.46x faster than im2col at 1, 2 and 4 threads

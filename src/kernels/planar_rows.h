@@ -36,8 +36,10 @@ static inline ptrdiff_t fd_planar_ring_width(const fd_geometry *geo, ptrdiff_t c
 static inline size_t fd_planar_tags_bytes(const fd_geometry *geo) {
     return ((size_t)fd_planar_ring_rows(geo) * sizeof(ptrdiff_t) + 63) / 64 * 64;
 }
-static inline size_t fd_planar_ring_bytes(const fd_geometry *geo, ptrdiff_t cols, ptrdiff_t groups, size_t itemsize) {
-    return fd_planar_tags_bytes(geo) + (size_t)fd_planar_ring_rows(geo) * (size_t)(groups * geo->in_channels / geo->groups) *
+static inline size_t fd_planar_ring_bytes(const fd_geometry *geo, ptrdiff_t cols, ptrdiff_t groups,
+                                          size_t itemsize) {
+    const ptrdiff_t channels = groups * (geo->in_channels / geo->groups);
+    return fd_planar_tags_bytes(geo) + (size_t)fd_planar_ring_rows(geo) * (size_t)channels *
                                            (size_t)fd_planar_ring_width(geo, cols) * itemsize;
 }
 
